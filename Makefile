@@ -1,0 +1,38 @@
+# The two commands a new user needs: `make demo` (the main job) and `make test`.
+# Both run the idempotent set-up first (scripts/setup.sh).
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv
+# torch-sys locates libtorch through the venv's python (LIBTORCH_USE_PYTORCH=1).
+export PATH := $(VENV)/bin:$(PATH)
+export VIRTUAL_ENV := $(VENV)
+export LIBTORCH_USE_PYTORCH := 1
+CARGO ?= cargo
+ENVACE := target/release/envace
+
+.PHONY: setup build demo test lint bench bench-deps clean-assets
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release
+
+demo: build
+	$(ENVACE) generate --model smollm2-135m --prompt "Write one sentence about rivers." --max-new-tokens 64
+
+test: setup
+	$(CARGO) test --release --workspace
+
+lint: setup
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+# HF transformers + gguf in the same venv, for the peer numbers in `envace bench generate`.
+bench-deps: setup
+	@python -c "import transformers, gguf" 2>/dev/null || pip install --disable-pip-version-check -q "transformers==5.24.0" "gguf"
+
+bench: build bench-deps
+	$(ENVACE) bench generate
+
+clean-assets:
+	rm -rf assets .venv

@@ -1,0 +1,33 @@
+//! envace kernels: all tensor code of the project.
+//!
+//! * weights: [`gguf`] (GGUF v3 with dequantisation) and [`hf`] (safetensors checkpoints);
+//! * text: [`tokenizer`] (the `tokenizers` crate) and [`chat`] (the model's Jinja template);
+//! * [`model`]: one decoder (Llama, Qwen2, Qwen3) for training and for KV-cached inference;
+//! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner.
+
+pub mod chat;
+pub mod config;
+pub mod dequant;
+pub mod engine;
+pub mod error;
+pub mod gguf;
+pub mod hf;
+pub mod kv_cache;
+pub mod loader;
+pub mod model;
+pub mod sampling;
+pub mod scoring;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{Architecture, ModelConfig};
+pub use error::{Error, Result};
+pub use chat::{ChatMessage, ChatTemplate};
+pub use engine::{Completion, Engine, EngineConfig, FinishReason, GenerationRequest};
+pub use loader::{load, LoadedModel, ModelSource};
+
+pub use model::Model;
+pub use sampling::SamplingParams;
+pub use scoring::{score, score_no_grad, ScoreRow, ScoredBatch};
+pub use tokenizer::Tokenizer;
+pub use weights::Weights;

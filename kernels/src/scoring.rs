@@ -1,0 +1,169 @@
+//! Log-probs of given completions, the learner's forward pass.
+//!
+//! A row is `(prompt ids, completion ids)`; only completion positions are scored — the prompt
+//! (system text, user turns, rehearsed or real observations) conditions them and is never a
+//! target. Rows are right-padded into one `[rows, longest]` batch and run causally, then only
+//! the hidden states that predict completion tokens go through the vocabulary projection:
+//! the `[tokens, vocab]` logits are the largest activation, so prompt positions never pay it.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+
+/// One sequence to score: the completion's tokens given the prompt's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScoreRow {
+    /// Conditioning tokens, at least one.
+    pub prompt_ids: Vec<u32>,
+    /// Tokens whose log-probs are returned, at least one.
+    pub completion_ids: Vec<u32>,
+}
+
+impl ScoreRow {
+    /// Prompt plus completion length, tokens.
+    pub fn len(&self) -> usize {
+        self.prompt_ids.len() + self.completion_ids.len()
+    }
+
+    /// True when the row has no tokens at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The scored completions of one micro-batch.
+#[derive(Debug)]
+pub struct ScoredBatch {
+    /// `[rows, longest completion]` f32: `log softmax(logits / temperature)` of each completion
+    /// token; carries autograd history unless scored under `tch::no_grad`. Padding is 0.
+    pub logprobs: Tensor,
+    /// `[rows, longest completion]` f32: 1 on real completion tokens, 0 on padding.
+    pub mask: Tensor,
+}
+
+/// Splits `rows` into consecutive micro-batches whose padded size (`rows × longest row`) stays
+/// within `max_tokens` (a row longer than that gets a micro-batch of its own).
+pub fn micro_batches(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut longest) = (0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        let l = longest.max(row.len());
+        if i > start && (i - start + 1) * l > max_tokens {
+            out.push(start..i);
+            start = i;
+            longest = row.len();
+        } else {
+            longest = l;
+        }
+    }
+    if start < rows.len() {
+        out.push(start..rows.len());
+    }
+    out
+}
+
+/// Scores one micro-batch with `model` (autograd recorded unless under `tch::no_grad`).
+/// `temperature` divides the logits as during sampling (use 1.0 for greedy rollouts).
+///
+/// # Errors
+/// [`Error::InvalidRequest`] for an empty prompt or completion, an id outside the vocabulary,
+/// a row longer than the context, or a non-positive temperature.
+pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<ScoredBatch> {
+    let cfg = model.config();
+    if !(temperature > 0.0) {
+        return Err(Error::InvalidRequest(format!("scoring temperature must be > 0, got {temperature}")));
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
+            return Err(Error::InvalidRequest(format!("score row {i}: prompt and completion must be non-empty")));
+        }
+        if r.len() > cfg.max_position_embeddings {
+            return Err(Error::ContextOverflow {
+                prompt_tokens: r.prompt_ids.len(),
+                max_new_tokens: r.completion_ids.len(),
+                context_len: cfg.max_position_embeddings,
+            });
+        }
+        if let Some(bad) = r.prompt_ids.iter().chain(&r.completion_ids).find(|&&t| t as usize >= cfg.vocab_size) {
+            return Err(Error::InvalidRequest(format!("score row {i}: token id {bad} is outside the vocabulary")));
+        }
+    }
+    let b = rows.len();
+    let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(1);
+    let completion = rows.iter().map(|r| r.completion_ids.len()).max().unwrap_or(1);
+    let mut ids = vec![0i64; b * longest];
+    let mut gather = vec![0i64; b * completion];
+    let mut targets = vec![0i64; b * completion];
+    let mut mask = vec![0f32; b * completion];
+    for (i, r) in rows.iter().enumerate() {
+        for (t, &tok) in r.prompt_ids.iter().chain(&r.completion_ids).enumerate() {
+            ids[i * longest + t] = i64::from(tok);
+        }
+        let p = r.prompt_ids.len();
+        for (j, &tok) in r.completion_ids.iter().enumerate() {
+            // Hidden state at position p + j − 1 predicts completion token j.
+            gather[i * completion + j] = (p + j - 1) as i64;
+            targets[i * completion + j] = i64::from(tok);
+            mask[i * completion + j] = 1.0;
+        }
+    }
+    let device = model.device();
+    let (b, longest, completion) = (b as i64, longest as i64, completion as i64);
+    let input = Tensor::from_slice(&ids).view([b, longest]).to_device(device);
+    let hidden = model.forward_hidden(&input);
+    let h = hidden.size()[2];
+    let index = Tensor::from_slice(&gather)
+        .view([b, completion, 1])
+        .to_device(device)
+        .expand([b, completion, h], false);
+    let selected = hidden.gather(1, &index, false);
+    let logits = model.logits(&selected);
+    let logits = if temperature == 1.0 { logits } else { logits / temperature };
+    let targets = Tensor::from_slice(&targets).view([b, completion, 1]).to_device(device);
+    let mask = Tensor::from_slice(&mask).view([b, completion]).to_device(device);
+    let logprobs = logits.log_softmax(-1, Kind::Float).gather(2, &targets, false).squeeze_dim(2) * &mask;
+    Ok(ScoredBatch { logprobs, mask })
+}
+
+/// Scores every row without autograd, in micro-batches of at most `max_tokens` padded tokens;
+/// returns one `Vec` of completion log-probs per row.
+///
+/// # Errors
+/// As [`score`].
+pub fn score_no_grad(model: &Model, rows: &[ScoreRow], temperature: f64, max_tokens: usize) -> Result<Vec<Vec<f32>>> {
+    let _guard = tch::no_grad_guard();
+    let mut out = Vec::with_capacity(rows.len());
+    for range in micro_batches(rows, max_tokens) {
+        let batch = score(model, &rows[range.clone()], temperature)?;
+        for (k, row) in rows[range].iter().enumerate() {
+            let lp = batch.logprobs.get(k as i64).narrow(0, 0, row.completion_ids.len() as i64);
+            out.push(Vec::<f32>::try_from(&lp.to_device(tch::Device::Cpu))?);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(p: usize, c: usize) -> ScoreRow {
+        ScoreRow {
+            prompt_ids: vec![1; p],
+            completion_ids: vec![2; c],
+        }
+    }
+
+    #[test]
+    fn micro_batches_respect_the_padded_budget() {
+        let rows = vec![row(3, 2), row(1, 1), row(4, 4), row(10, 10), row(1, 1)];
+        // padded sizes: {5,2} → 2×5=10; +8 → 3×8=24 > 16 → split; {8}; +20 → split; {20}; +2 → 2×20=40 > 16.
+        assert_eq!(micro_batches(&rows, 16), vec![0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(micro_batches(&rows, 1000), vec![0..5]);
+        assert!(micro_batches(&[], 10).is_empty());
+    }
+}

@@ -1,0 +1,272 @@
+//! `envace bench generate`: decode, prefill and training throughput of our kernels against HF
+//! transformers / PyTorch eager (`scripts/bench_hf.py`) on the same GGUF, batches and lengths,
+//! in the same run, reported as ratios.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use envace::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
+use envace::kernels::{load, score, Engine, EngineConfig, GenerationRequest, Model, ModelSource, SamplingParams, ScoreRow};
+use serde::{Deserialize, Serialize};
+use tch::Kind;
+
+use super::ModelArgs;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Generation (prefill, decode) and training (fwd+bwd) throughput vs HF transformers.
+    Generate(GenerateBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateBenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Decode batch sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    batch_sizes: Vec<usize>,
+    /// Prompt length, tokens.
+    #[arg(long, default_value_t = 128)]
+    prompt_len: usize,
+    /// New tokens per sequence (greedy, no stop token).
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    /// Training rows per step.
+    #[arg(long, default_value_t = 8)]
+    train_batch: usize,
+    /// Training row length, tokens.
+    #[arg(long, default_value_t = 256)]
+    train_len: usize,
+    /// Timed training steps (after one warm-up step).
+    #[arg(long, default_value_t = 3)]
+    train_steps: usize,
+    /// Skip the HF transformers peer run.
+    #[arg(long)]
+    no_hf: bool,
+    /// Python interpreter with torch, transformers and gguf (`make bench-deps`).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One side's numbers; the HF script prints the same shape.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Measurements {
+    /// Batch size → decode tokens/s (new tokens after the first, over decode time).
+    decode_tok_s: BTreeMap<usize, f64>,
+    /// Prompt tokens/s of a batch-8 prefill.
+    prefill_tok_s: f64,
+    /// fwd+bwd tokens/s of the training path.
+    train_tok_s: f64,
+    /// Peak resident memory of the process, MiB.
+    peak_rss_mb: f64,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Generate(args) => generate(args),
+    }
+}
+
+/// Deterministic prompt ids that `scripts/bench_hf.py` reproduces: no special tokens.
+fn prompt_ids(row: usize, len: usize) -> Vec<u32> {
+    (0..len).map(|t| 100 + ((row * 7919 + t * 104_729) % 40_000) as u32).collect()
+}
+
+fn generate(args: GenerateBenchArgs) -> Result<()> {
+    let (device, dtype) = envace::runtime::resolve(args.model.device, args.model.dtype)?;
+    let loaded = load(&ModelSource::parse(&args.model.model), device, dtype)?;
+    let model = &loaded.model;
+    let progress = |what: &str| {
+        if !args.json {
+            eprintln!("[bench] {what}");
+        }
+    };
+
+    progress("warm-up");
+    run_generation(model, 2, 16, 4)?;
+    let mut ours = Measurements::default();
+    for &b in &args.batch_sizes {
+        progress(&format!("ours: batch {b}, prompt {}, {} new tokens", args.prompt_len, args.new_tokens));
+        let prefill = run_generation(model, b, args.prompt_len, 1)?;
+        let total = run_generation(model, b, args.prompt_len, args.new_tokens)?;
+        let decode_seconds = (total - prefill).max(1e-9);
+        ours.decode_tok_s.insert(b, (b * (args.new_tokens - 1)) as f64 / decode_seconds);
+        if b == 8 || ours.prefill_tok_s == 0.0 {
+            ours.prefill_tok_s = (b * args.prompt_len) as f64 / prefill;
+        }
+    }
+    progress(&format!("ours: training fwd+bwd {}×{}", args.train_batch, args.train_len));
+    ours.train_tok_s = run_training(model, args.train_batch, args.train_len, args.train_steps)?;
+    ours.peak_rss_mb = peak_rss_mb();
+
+    let hf = if args.no_hf {
+        None
+    } else {
+        progress("HF transformers peer (scripts/bench_hf.py)");
+        Some(run_hf(&args)?)
+    };
+    let ratio = |f: &dyn Fn(&Measurements) -> Option<f64>| -> Option<f64> {
+        let h = hf.as_ref().and_then(f)?;
+        Some(f(&ours)? / h)
+    };
+    let hf_ratio_b8 = ratio(&|m| m.decode_tok_s.get(&8).copied());
+    let train_ratio = ratio(&|m| Some(m.train_tok_s));
+    let report = serde_json::json!({
+        "model": args.model.model,
+        "device": envace::runtime::device_name(device),
+        "dtype": format!("{dtype:?}"),
+        "threads": tch::get_num_threads(),
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "decode_tok_s": ours.decode_tok_s,
+        "prefill_tok_s": ours.prefill_tok_s,
+        "train_tok_s": ours.train_tok_s,
+        "peak_rss_mb": ours.peak_rss_mb,
+        "hf": hf,
+        "hf_ratio_b8": hf_ratio_b8,
+        "train_ratio": train_ratio,
+        "hf_ratio": args.batch_sizes.iter().map(|b| (b.to_string(), ratio(&|m| m.decode_tok_s.get(b).copied()))).collect::<BTreeMap<_, _>>(),
+    });
+    if args.json {
+        println!("{report}");
+        return Ok(());
+    }
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let fmt_ratio = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    println!(
+        "\nmodel {} on {} ({dtype:?}, {} threads), prompt {} tokens, {} new tokens, greedy",
+        args.model.model,
+        envace::runtime::device_name(device),
+        tch::get_num_threads(),
+        args.prompt_len,
+        args.new_tokens
+    );
+    println!("{:<28} {:>12} {:>12} {:>10}", "metric", "envace", "HF/PyTorch", "ratio");
+    for &b in &args.batch_sizes {
+        let o = ours.decode_tok_s.get(&b).copied();
+        let h = hf.as_ref().and_then(|m| m.decode_tok_s.get(&b).copied());
+        println!("{:<28} {:>12} {:>12} {:>10}", format!("decode tok/s, batch {b}"), fmt(o), fmt(h), fmt_ratio(o.zip(h).map(|(o, h)| o / h)));
+    }
+    let rows = [
+        ("prefill tok/s, batch 8", Some(ours.prefill_tok_s), hf.as_ref().map(|m| m.prefill_tok_s)),
+        (&*format!("train fwd+bwd tok/s, {}x{}", args.train_batch, args.train_len), Some(ours.train_tok_s), hf.as_ref().map(|m| m.train_tok_s)),
+        ("peak RSS, MiB", Some(ours.peak_rss_mb), hf.as_ref().map(|m| m.peak_rss_mb)),
+    ];
+    for (name, o, h) in rows {
+        println!("{:<28} {:>12} {:>12} {:>10}", name, fmt(o), fmt(h), fmt_ratio(o.zip(h).map(|(o, h)| o / h)));
+    }
+    Ok(())
+}
+
+/// Wall seconds to generate `new_tokens` greedy tokens for `batch` prompts of `prompt_len`.
+fn run_generation(model: &Model, batch: usize, prompt_len: usize, new_tokens: usize) -> Result<f64> {
+    let requests = (0..batch)
+        .map(|row| GenerationRequest {
+            prompt_ids: prompt_ids(row, prompt_len),
+            params: SamplingParams {
+                max_new_tokens: new_tokens,
+                ..Default::default()
+            },
+        })
+        .collect();
+    let mut engine = Engine::new(
+        model,
+        None,
+        EngineConfig {
+            max_batch: batch,
+            max_prefill_tokens: batch * prompt_len,
+        },
+    );
+    let started = Instant::now();
+    let out = engine.generate(requests)?;
+    let seconds = started.elapsed().as_secs_f64();
+    if out.iter().any(|c| c.completion_ids.len() != new_tokens) {
+        bail!("a benchmark request stopped before {new_tokens} tokens");
+    }
+    Ok(seconds)
+}
+
+/// fwd+bwd tokens/s of the scoring path: rows of `len` tokens (1 prompt + `len − 1` scored),
+/// mean negative log-likelihood, backward — what `model(x, labels=x).loss.backward()` does.
+fn run_training(model: &Model, batch: usize, len: usize, steps: usize) -> Result<f64> {
+    let rows: Vec<ScoreRow> = (0..batch)
+        .map(|r| {
+            let ids = prompt_ids(r, len);
+            ScoreRow {
+                prompt_ids: ids[..1].to_vec(),
+                completion_ids: ids[1..].to_vec(),
+            }
+        })
+        .collect();
+    let step = || -> Result<()> {
+        let scored = score(model, &rows, 1.0)?;
+        let loss = -(scored.logprobs.sum(Kind::Float) / scored.mask.sum(Kind::Float));
+        loss.backward();
+        for mut v in model.var_store().trainable_variables() {
+            v.zero_grad();
+        }
+        Ok(())
+    };
+    step()?;
+    let started = Instant::now();
+    for _ in 0..steps {
+        step()?;
+    }
+    Ok((batch * len * steps) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Peak resident set size of this process (`VmHWM`), MiB.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn project_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run_hf(args: &GenerateBenchArgs) -> Result<Measurements> {
+    let gguf = match ModelSource::parse(&args.model.model) {
+        ModelSource::Embedded => embedded_gguf_path(),
+        ModelSource::Gguf(p) => p,
+        _ => bail!("the HF peer needs a GGUF model ({EMBEDDED_MODEL} or a .gguf path); pass --no-hf"),
+    };
+    let python = args.python.clone().unwrap_or_else(|| project_root().join(".venv/bin/python"));
+    let script = project_root().join("scripts/bench_hf.py");
+    let sizes: Vec<String> = args.batch_sizes.iter().map(ToString::to_string).collect();
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg("--gguf")
+        .arg(&gguf)
+        .args(["--batch-sizes", &sizes.join(",")])
+        .args(["--prompt-len", &args.prompt_len.to_string()])
+        .args(["--new-tokens", &args.new_tokens.to_string()])
+        .args(["--train-batch", &args.train_batch.to_string()])
+        .args(["--train-len", &args.train_len.to_string()])
+        .args(["--train-steps", &args.train_steps.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {} {}", python.display(), script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}); install its dependencies with `make bench-deps`, or pass --no-hf",
+            script.display(),
+            output.status
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).with_context(|| format!("parsing bench_hf.py output {line:?}"))
+}

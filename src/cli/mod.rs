@@ -1,0 +1,60 @@
+//! Command-line parsing and dispatch; `anyhow` lives here and nowhere below.
+mod bench;
+mod generate;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use envace::runtime::{DeviceChoice, DtypeChoice};
+
+#[derive(Debug, Parser)]
+#[command(name = "envace", version, about = "EnvACE-style agentic RL for LLM tool-calling agents")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate a completion for one prompt with the model's chat template.
+    Generate(generate::GenerateArgs),
+    /// Benchmarks (speed and memory tables; not tests).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// Model, device and dtype, shared by the subcommands that load a model.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// `smollm2-135m` (embedded default), `tiny` (random small model), a `.gguf` file, or an
+    /// HF checkpoint directory.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    /// `auto` (CUDA when present), `cpu` or `cuda`.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// `auto` (f32 on CPU, bf16 on CUDA), `f32` or `bf16`.
+    #[arg(long, default_value = "auto")]
+    pub dtype: DtypeChoice,
+}
+
+pub fn run() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "envace=info,warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The `envace` command line.
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::run()
+}

@@ -1,0 +1,87 @@
+//! Device and dtype selection: CUDA when present, else CPU; f32 on CPU, bf16 on CUDA.
+use std::fmt;
+use std::str::FromStr;
+
+use tch::{Device, Kind};
+
+use crate::kernels::{Error, Result};
+
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// CUDA device 0 when libtorch sees one, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Parameter and activation dtype.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DtypeChoice {
+    /// f32 on CPU, bf16 on CUDA.
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda),
+            other => Err(format!("unknown device {other:?} (auto, cpu, cuda)")),
+        }
+    }
+}
+
+impl FromStr for DtypeChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "f32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            other => Err(format!("unknown dtype {other:?} (auto, f32, bf16)")),
+        }
+    }
+}
+
+impl fmt::Display for DtypeChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        })
+    }
+}
+
+/// Resolves the choices against this machine.
+///
+/// # Errors
+/// [`Error::Config`] when CUDA is requested but libtorch sees no CUDA device.
+pub fn resolve(device: DeviceChoice, dtype: DtypeChoice) -> Result<(Device, Kind)> {
+    let device = match device {
+        DeviceChoice::Auto => Device::cuda_if_available(),
+        DeviceChoice::Cpu => Device::Cpu,
+        DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
+        DeviceChoice::Cuda => return Err(Error::Config("--device cuda: libtorch sees no CUDA device".into())),
+    };
+    let kind = match (dtype, device) {
+        (DtypeChoice::F32, _) | (DtypeChoice::Auto, Device::Cpu) => Kind::Float,
+        _ => Kind::BFloat16,
+    };
+    Ok((device, kind))
+}
+
+/// Human name of a device, for logs and reports.
+pub fn device_name(device: Device) -> String {
+    match device {
+        Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".to_string(),
+    }
+}
