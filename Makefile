@@ -20,8 +20,9 @@ build: setup
 demo: build
 	$(ENVACE) generate --model smollm2-135m --prompt "Write one sentence about rivers." --max-new-tokens 64
 
+# One test at a time: each libtorch test already uses both cores.
 test: setup
-	$(CARGO) test --release --workspace
+	$(CARGO) test --release --workspace -- --test-threads=1
 
 lint: setup
 	$(CARGO) fmt --all --check

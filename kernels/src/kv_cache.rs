@@ -25,14 +25,24 @@ pub struct KvCache {
 
 impl KvCache {
     /// Zeroed buffers for `slots` sequences of up to `capacity` tokens each.
-    pub fn new(config: &ModelConfig, slots: usize, capacity: usize, device: Device, dtype: Kind) -> Self {
+    pub fn new(
+        config: &ModelConfig,
+        slots: usize,
+        capacity: usize,
+        device: Device,
+        dtype: Kind,
+    ) -> Self {
         let shape = [
             slots as i64,
             config.num_key_value_heads as i64,
             capacity as i64,
             config.head_dim as i64,
         ];
-        let alloc = || (0..config.num_hidden_layers).map(|_| Tensor::zeros(shape, (dtype, device))).collect();
+        let alloc = || {
+            (0..config.num_hidden_layers)
+                .map(|_| Tensor::zeros(shape, (dtype, device)))
+                .collect()
+        };
         Self {
             k: alloc(),
             v: alloc(),

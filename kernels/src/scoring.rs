@@ -74,12 +74,16 @@ pub fn micro_batches(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> 
 /// a row longer than the context, or a non-positive temperature.
 pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<ScoredBatch> {
     let cfg = model.config();
-    if !(temperature > 0.0) {
-        return Err(Error::InvalidRequest(format!("scoring temperature must be > 0, got {temperature}")));
+    if temperature.is_nan() || temperature <= 0.0 {
+        return Err(Error::InvalidRequest(format!(
+            "scoring temperature must be > 0, got {temperature}"
+        )));
     }
     for (i, r) in rows.iter().enumerate() {
         if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
-            return Err(Error::InvalidRequest(format!("score row {i}: prompt and completion must be non-empty")));
+            return Err(Error::InvalidRequest(format!(
+                "score row {i}: prompt and completion must be non-empty"
+            )));
         }
         if r.len() > cfg.max_position_embeddings {
             return Err(Error::ContextOverflow {
@@ -88,13 +92,24 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
                 context_len: cfg.max_position_embeddings,
             });
         }
-        if let Some(bad) = r.prompt_ids.iter().chain(&r.completion_ids).find(|&&t| t as usize >= cfg.vocab_size) {
-            return Err(Error::InvalidRequest(format!("score row {i}: token id {bad} is outside the vocabulary")));
+        if let Some(bad) = r
+            .prompt_ids
+            .iter()
+            .chain(&r.completion_ids)
+            .find(|&&t| t as usize >= cfg.vocab_size)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "score row {i}: token id {bad} is outside the vocabulary"
+            )));
         }
     }
     let b = rows.len();
     let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(1);
-    let completion = rows.iter().map(|r| r.completion_ids.len()).max().unwrap_or(1);
+    let completion = rows
+        .iter()
+        .map(|r| r.completion_ids.len())
+        .max()
+        .unwrap_or(1);
     let mut ids = vec![0i64; b * longest];
     let mut gather = vec![0i64; b * completion];
     let mut targets = vec![0i64; b * completion];
@@ -113,7 +128,9 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
     }
     let device = model.device();
     let (b, longest, completion) = (b as i64, longest as i64, completion as i64);
-    let input = Tensor::from_slice(&ids).view([b, longest]).to_device(device);
+    let input = Tensor::from_slice(&ids)
+        .view([b, longest])
+        .to_device(device);
     let hidden = model.forward_hidden(&input);
     let h = hidden.size()[2];
     let index = Tensor::from_slice(&gather)
@@ -122,10 +139,22 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
         .expand([b, completion, h], false);
     let selected = hidden.gather(1, &index, false);
     let logits = model.logits(&selected);
-    let logits = if temperature == 1.0 { logits } else { logits / temperature };
-    let targets = Tensor::from_slice(&targets).view([b, completion, 1]).to_device(device);
-    let mask = Tensor::from_slice(&mask).view([b, completion]).to_device(device);
-    let logprobs = logits.log_softmax(-1, Kind::Float).gather(2, &targets, false).squeeze_dim(2) * &mask;
+    let logits = if temperature == 1.0 {
+        logits
+    } else {
+        logits / temperature
+    };
+    let targets = Tensor::from_slice(&targets)
+        .view([b, completion, 1])
+        .to_device(device);
+    let mask = Tensor::from_slice(&mask)
+        .view([b, completion])
+        .to_device(device);
+    let logprobs = logits
+        .log_softmax(-1, Kind::Float)
+        .gather(2, &targets, false)
+        .squeeze_dim(2)
+        * &mask;
     Ok(ScoredBatch { logprobs, mask })
 }
 
@@ -134,13 +163,21 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
 ///
 /// # Errors
 /// As [`score`].
-pub fn score_no_grad(model: &Model, rows: &[ScoreRow], temperature: f64, max_tokens: usize) -> Result<Vec<Vec<f32>>> {
+pub fn score_no_grad(
+    model: &Model,
+    rows: &[ScoreRow],
+    temperature: f64,
+    max_tokens: usize,
+) -> Result<Vec<Vec<f32>>> {
     let _guard = tch::no_grad_guard();
     let mut out = Vec::with_capacity(rows.len());
     for range in micro_batches(rows, max_tokens) {
         let batch = score(model, &rows[range.clone()], temperature)?;
         for (k, row) in rows[range].iter().enumerate() {
-            let lp = batch.logprobs.get(k as i64).narrow(0, 0, row.completion_ids.len() as i64);
+            let lp = batch
+                .logprobs
+                .get(k as i64)
+                .narrow(0, 0, row.completion_ids.len() as i64);
             out.push(Vec::<f32>::try_from(&lp.to_device(tch::Device::Cpu))?);
         }
     }

@@ -259,9 +259,9 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = read_text(path)?;
-        let inner: tokenizers::Tokenizer = text
-            .parse()
-            .map_err(|e| Error::Tokenizer(format!("{}: invalid tokenizer.json: {e}", path.display())))?;
+        let inner: tokenizers::Tokenizer = text.parse().map_err(|e| {
+            Error::Tokenizer(format!("{}: invalid tokenizer.json: {e}", path.display()))
+        })?;
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
 
         let mut tokenizer = Self {
@@ -455,7 +455,10 @@ fn gguf_str_array<'a>(meta: &'a BTreeMap<String, Value>, key: &str) -> Result<Ve
         .enumerate()
         .map(|(i, v)| {
             v.as_str().ok_or_else(|| {
-                Error::Tokenizer(format!("GGUF {key}[{i}] should be a string, found {}", kind(v)))
+                Error::Tokenizer(format!(
+                    "GGUF {key}[{i}] should be a string, found {}",
+                    kind(v)
+                ))
             })
         })
         .collect()
@@ -474,7 +477,11 @@ fn gguf_int_array(meta: &BTreeMap<String, Value>, key: &str) -> Result<Vec<i64>>
 }
 
 /// An optional token id key, checked against the number of tokens.
-fn gguf_token_id(meta: &BTreeMap<String, Value>, key: &str, n_tokens: usize) -> Result<Option<u32>> {
+fn gguf_token_id(
+    meta: &BTreeMap<String, Value>,
+    key: &str,
+    n_tokens: usize,
+) -> Result<Option<u32>> {
     let Some(value) = meta.get(key) else {
         return Ok(None);
     };
@@ -574,62 +581,12 @@ pub(crate) mod tests {
         "/../tests/fixtures/smollm2-135m-instruct.json"
     );
 
-    /// Test-only GGUF metadata reader (header and key/values only), so these tests do not
-    /// depend on `gguf.rs`.
+    /// The GGUF metadata of SmolLM2, read with [`crate::gguf::GgufFile`].
     pub(crate) fn read_gguf_metadata(path: &str) -> BTreeMap<String, Value> {
-        use std::io::{BufReader, Read};
-
-        fn bytes<const N: usize>(r: &mut impl Read) -> [u8; N] {
-            let mut buf = [0u8; N];
-            r.read_exact(&mut buf).unwrap();
-            buf
-        }
-        fn u32_(r: &mut impl Read) -> u32 {
-            u32::from_le_bytes(bytes(r))
-        }
-        fn u64_(r: &mut impl Read) -> u64 {
-            u64::from_le_bytes(bytes(r))
-        }
-        fn string(r: &mut impl Read) -> String {
-            let mut buf = vec![0u8; u64_(r) as usize];
-            r.read_exact(&mut buf).unwrap();
-            String::from_utf8(buf).unwrap()
-        }
-        fn value(r: &mut impl Read, kind: u32) -> Value {
-            match kind {
-                0 => bytes::<1>(r)[0].into(),
-                1 => (bytes::<1>(r)[0] as i8).into(),
-                2 => u16::from_le_bytes(bytes(r)).into(),
-                3 => i16::from_le_bytes(bytes(r)).into(),
-                4 => u32_(r).into(),
-                5 => i32::from_le_bytes(bytes(r)).into(),
-                6 => f32::from_le_bytes(bytes(r)).into(),
-                7 => (bytes::<1>(r)[0] != 0).into(),
-                8 => string(r).into(),
-                9 => {
-                    let elem = u32_(r);
-                    let n = u64_(r);
-                    Value::Array((0..n).map(|_| value(r, elem)).collect())
-                }
-                10 => u64_(r).into(),
-                11 => i64::from_le_bytes(bytes(r)).into(),
-                12 => f64::from_le_bytes(bytes(r)).into(),
-                other => panic!("GGUF value type {other}"),
-            }
-        }
-
-        let mut r = BufReader::new(std::fs::File::open(path).unwrap());
-        assert_eq!(&bytes::<4>(&mut r), b"GGUF");
-        let _version = u32_(&mut r);
-        let _n_tensors = u64_(&mut r);
-        let n_kv = u64_(&mut r);
-        (0..n_kv)
-            .map(|_| {
-                let key = string(&mut r);
-                let kind = u32_(&mut r);
-                (key, value(&mut r, kind))
-            })
-            .collect()
+        crate::gguf::GgufFile::open(Path::new(path))
+            .unwrap()
+            .metadata()
+            .clone()
     }
 
     pub(crate) fn smollm2() -> Tokenizer {
@@ -656,7 +613,10 @@ pub(crate) mod tests {
         assert_eq!(tok.id_to_token(2).as_deref(), Some("<|im_end|>"));
         assert_eq!(tok.eos_token().as_deref(), Some("<|im_end|>"));
         assert_eq!(tok.bos_token().as_deref(), Some("<|im_start|>"));
-        assert!(tok.chat_template.as_deref().is_some_and(|t| t.contains("<|im_start|>")));
+        assert!(tok
+            .chat_template
+            .as_deref()
+            .is_some_and(|t| t.contains("<|im_start|>")));
         // `<tool_call>` is ordinary text for SmolLM2, several tokens.
         assert!(tok.encode("<tool_call>").unwrap().len() > 1);
     }
@@ -671,12 +631,20 @@ pub(crate) mod tests {
         let cases = tokenizer_cases
             .iter()
             .map(|c| (&c["text"], &c["ids"]))
-            .chain(generation_cases.iter().map(|c| (&c["prompt_text"], &c["prompt_ids"])));
+            .chain(
+                generation_cases
+                    .iter()
+                    .map(|c| (&c["prompt_text"], &c["prompt_ids"])),
+            );
         for (text, expected) in cases {
             let text = text.as_str().unwrap();
             let got = tok.encode(text).unwrap();
             assert_eq!(got, ids(expected), "encoding {text:?}");
-            assert_eq!(tok.decode(&got, false).unwrap(), text, "round trip of {text:?}");
+            assert_eq!(
+                tok.decode(&got, false).unwrap(),
+                text,
+                "round trip of {text:?}"
+            );
         }
     }
 
@@ -695,15 +663,24 @@ pub(crate) mod tests {
     fn gguf_errors_name_the_key() {
         let mut meta = read_gguf_metadata(SMOLLM2_GGUF);
         meta.insert("tokenizer.ggml.pre".into(), "mystery".into());
-        let err = Tokenizer::from_gguf_metadata(&meta).unwrap_err().to_string();
+        let err = Tokenizer::from_gguf_metadata(&meta)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("mystery"), "{err}");
 
         meta.insert("tokenizer.ggml.model".into(), "llama".into());
-        let err = Tokenizer::from_gguf_metadata(&meta).unwrap_err().to_string();
-        assert!(err.contains("tokenizer.ggml.model") && err.contains("llama"), "{err}");
+        let err = Tokenizer::from_gguf_metadata(&meta)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tokenizer.ggml.model") && err.contains("llama"),
+            "{err}"
+        );
 
         meta.remove("tokenizer.ggml.model");
-        let err = Tokenizer::from_gguf_metadata(&meta).unwrap_err().to_string();
+        let err = Tokenizer::from_gguf_metadata(&meta)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lacks tokenizer.ggml.model"), "{err}");
     }
 
@@ -717,21 +694,53 @@ pub(crate) mod tests {
             let ids = tok.encode(text).unwrap();
             assert_eq!(tok.decode(&ids, false).unwrap(), text, "pre {pre}");
         }
-        // The digit rules differ: smollm/qwen2 split digits one by one, llama-bpe in threes.
-        let mut digits = |pre: &str| {
-            meta.insert("tokenizer.ggml.pre".into(), pre.into());
-            let tok = Tokenizer::from_gguf_metadata(&meta).unwrap();
-            tok.encode("12345").unwrap().len()
+    }
+
+    #[test]
+    fn user_defined_tokens_match_whole_but_decode_as_text() {
+        let mut meta = read_gguf_metadata(SMOLLM2_GGUF);
+        let push = |meta: &mut BTreeMap<String, Value>, key: &str, value: Value| {
+            if let Some(Value::Array(items)) = meta.get_mut(key) {
+                items.push(value);
+            }
         };
-        assert_eq!(digits("smollm"), 5);
-        assert_eq!(digits("qwen2"), 5);
-        assert!(digits("llama-bpe") < 5);
+        push(&mut meta, "tokenizer.ggml.tokens", "<tool_call>".into());
+        push(
+            &mut meta,
+            "tokenizer.ggml.token_type",
+            GGUF_TOKEN_USER_DEFINED.into(),
+        );
+        let tok = Tokenizer::from_gguf_metadata(&meta).unwrap();
+        let ids = tok.encode("<tool_call>{}").unwrap();
+        assert_eq!(ids[0], 49152);
+        assert_eq!(tok.decode(&ids, true).unwrap(), "<tool_call>{}");
+    }
+
+    #[test]
+    fn digit_rules_differ_by_pre_tokenizer() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pieces = |pre: &str| {
+            let mut text = PreTokenizedString::from("12345");
+            let style = PreTokenizerStyle::from_gguf_pre(pre).unwrap();
+            style
+                .pre_tokenizer()
+                .unwrap()
+                .pre_tokenize(&mut text)
+                .unwrap();
+            text.get_splits(OffsetReferential::Original, OffsetType::Byte)
+                .len()
+        };
+        assert_eq!(pieces("gpt2"), 1);
+        assert_eq!(pieces("smollm"), 5);
+        assert_eq!(pieces("qwen2"), 5);
+        assert_eq!(pieces("llama-bpe"), 2);
     }
 
     #[test]
     fn from_file_reads_tokenizer_json_and_siblings() {
         let gguf = smollm2();
-        let dir = std::env::temp_dir().join(format!("envace-tokenizer-test-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("envace-tokenizer-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let json_path = dir.join("tokenizer.json");
         gguf.inner.save(&json_path, false).unwrap();
@@ -743,8 +752,11 @@ pub(crate) mod tests {
             "chat_template": gguf.chat_template,
         });
         std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
-        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [2, 0], "pad_token_id": 2}"#)
-            .unwrap();
+        std::fs::write(
+            dir.join("generation_config.json"),
+            r#"{"eos_token_id": [2, 0], "pad_token_id": 2}"#,
+        )
+        .unwrap();
 
         let tok = Tokenizer::from_file(&json_path).unwrap();
         assert_eq!(tok.eos_token_ids, vec![2, 0]);
@@ -754,7 +766,11 @@ pub(crate) mod tests {
         assert_eq!(tok.vocab_size(), 49152);
         for case in reference()["tokenizer_cases"].as_array().unwrap() {
             let text = case["text"].as_str().unwrap();
-            assert_eq!(tok.encode(text).unwrap(), ids(&case["ids"]), "encoding {text:?}");
+            assert_eq!(
+                tok.encode(text).unwrap(),
+                ids(&case["ids"]),
+                "encoding {text:?}"
+            );
         }
 
         std::fs::write(dir.join("tokenizer_config.json"), "{ not json").unwrap();
@@ -767,7 +783,10 @@ pub(crate) mod tests {
 
         std::fs::write(&json_path, "{\"truncated\": ").unwrap();
         let err = Tokenizer::from_file(&json_path).unwrap_err().to_string();
-        assert!(err.contains("tokenizer.json") && err.contains("invalid"), "{err}");
+        assert!(
+            err.contains("tokenizer.json") && err.contains("invalid"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

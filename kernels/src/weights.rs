@@ -51,9 +51,12 @@ impl Weights {
     /// # Errors
     /// [`Error::MissingTensor`] when absent, [`Error::ShapeMismatch`] when the shape differs.
     pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor> {
-        let tensor = self.tensors.remove(name).ok_or_else(|| Error::MissingTensor {
-            name: name.to_string(),
-        })?;
+        let tensor = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| Error::MissingTensor {
+                name: name.to_string(),
+            })?;
         let found = tensor.size();
         if found != shape {
             return Err(Error::ShapeMismatch {

@@ -9,7 +9,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use envace::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
-use envace::kernels::{load, score, Engine, EngineConfig, GenerationRequest, Model, ModelSource, SamplingParams, ScoreRow};
+use envace::kernels::{
+    load, score, Engine, EngineConfig, GenerationRequest, Model, ModelSource, SamplingParams,
+    ScoreRow,
+};
 use serde::{Deserialize, Serialize};
 use tch::Kind;
 
@@ -75,7 +78,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 /// Deterministic prompt ids that `scripts/bench_hf.py` reproduces: no special tokens.
 fn prompt_ids(row: usize, len: usize) -> Vec<u32> {
-    (0..len).map(|t| 100 + ((row * 7919 + t * 104_729) % 40_000) as u32).collect()
+    (0..len)
+        .map(|t| 100 + ((row * 7919 + t * 104_729) % 40_000) as u32)
+        .collect()
 }
 
 fn generate(args: GenerateBenchArgs) -> Result<()> {
@@ -92,16 +97,23 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
     run_generation(model, 2, 16, 4)?;
     let mut ours = Measurements::default();
     for &b in &args.batch_sizes {
-        progress(&format!("ours: batch {b}, prompt {}, {} new tokens", args.prompt_len, args.new_tokens));
+        progress(&format!(
+            "ours: batch {b}, prompt {}, {} new tokens",
+            args.prompt_len, args.new_tokens
+        ));
         let prefill = run_generation(model, b, args.prompt_len, 1)?;
         let total = run_generation(model, b, args.prompt_len, args.new_tokens)?;
         let decode_seconds = (total - prefill).max(1e-9);
-        ours.decode_tok_s.insert(b, (b * (args.new_tokens - 1)) as f64 / decode_seconds);
+        ours.decode_tok_s
+            .insert(b, (b * (args.new_tokens - 1)) as f64 / decode_seconds);
         if b == 8 || ours.prefill_tok_s == 0.0 {
             ours.prefill_tok_s = (b * args.prompt_len) as f64 / prefill;
         }
     }
-    progress(&format!("ours: training fwd+bwd {}×{}", args.train_batch, args.train_len));
+    progress(&format!(
+        "ours: training fwd+bwd {}×{}",
+        args.train_batch, args.train_len
+    ));
     ours.train_tok_s = run_training(model, args.train_batch, args.train_len, args.train_steps)?;
     ours.peak_rss_mb = peak_rss_mb();
 
@@ -147,25 +159,60 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
         args.prompt_len,
         args.new_tokens
     );
-    println!("{:<28} {:>12} {:>12} {:>10}", "metric", "envace", "HF/PyTorch", "ratio");
+    println!(
+        "{:<28} {:>12} {:>12} {:>10}",
+        "metric", "envace", "HF/PyTorch", "ratio"
+    );
     for &b in &args.batch_sizes {
         let o = ours.decode_tok_s.get(&b).copied();
         let h = hf.as_ref().and_then(|m| m.decode_tok_s.get(&b).copied());
-        println!("{:<28} {:>12} {:>12} {:>10}", format!("decode tok/s, batch {b}"), fmt(o), fmt(h), fmt_ratio(o.zip(h).map(|(o, h)| o / h)));
+        println!(
+            "{:<28} {:>12} {:>12} {:>10}",
+            format!("decode tok/s, batch {b}"),
+            fmt(o),
+            fmt(h),
+            fmt_ratio(o.zip(h).map(|(o, h)| o / h))
+        );
     }
     let rows = [
-        ("prefill tok/s, batch 8", Some(ours.prefill_tok_s), hf.as_ref().map(|m| m.prefill_tok_s)),
-        (&*format!("train fwd+bwd tok/s, {}x{}", args.train_batch, args.train_len), Some(ours.train_tok_s), hf.as_ref().map(|m| m.train_tok_s)),
-        ("peak RSS, MiB", Some(ours.peak_rss_mb), hf.as_ref().map(|m| m.peak_rss_mb)),
+        (
+            "prefill tok/s, batch 8",
+            Some(ours.prefill_tok_s),
+            hf.as_ref().map(|m| m.prefill_tok_s),
+        ),
+        (
+            &*format!(
+                "train fwd+bwd tok/s, {}x{}",
+                args.train_batch, args.train_len
+            ),
+            Some(ours.train_tok_s),
+            hf.as_ref().map(|m| m.train_tok_s),
+        ),
+        (
+            "peak RSS, MiB",
+            Some(ours.peak_rss_mb),
+            hf.as_ref().map(|m| m.peak_rss_mb),
+        ),
     ];
     for (name, o, h) in rows {
-        println!("{:<28} {:>12} {:>12} {:>10}", name, fmt(o), fmt(h), fmt_ratio(o.zip(h).map(|(o, h)| o / h)));
+        println!(
+            "{:<28} {:>12} {:>12} {:>10}",
+            name,
+            fmt(o),
+            fmt(h),
+            fmt_ratio(o.zip(h).map(|(o, h)| o / h))
+        );
     }
     Ok(())
 }
 
 /// Wall seconds to generate `new_tokens` greedy tokens for `batch` prompts of `prompt_len`.
-fn run_generation(model: &Model, batch: usize, prompt_len: usize, new_tokens: usize) -> Result<f64> {
+fn run_generation(
+    model: &Model,
+    batch: usize,
+    prompt_len: usize,
+    new_tokens: usize,
+) -> Result<f64> {
     let requests = (0..batch)
         .map(|row| GenerationRequest {
             prompt_ids: prompt_ids(row, prompt_len),
@@ -241,9 +288,14 @@ fn run_hf(args: &GenerateBenchArgs) -> Result<Measurements> {
     let gguf = match ModelSource::parse(&args.model.model) {
         ModelSource::Embedded => embedded_gguf_path(),
         ModelSource::Gguf(p) => p,
-        _ => bail!("the HF peer needs a GGUF model ({EMBEDDED_MODEL} or a .gguf path); pass --no-hf"),
+        _ => {
+            bail!("the HF peer needs a GGUF model ({EMBEDDED_MODEL} or a .gguf path); pass --no-hf")
+        }
     };
-    let python = args.python.clone().unwrap_or_else(|| project_root().join(".venv/bin/python"));
+    let python = args
+        .python
+        .clone()
+        .unwrap_or_else(|| project_root().join(".venv/bin/python"));
     let script = project_root().join("scripts/bench_hf.py");
     let sizes: Vec<String> = args.batch_sizes.iter().map(ToString::to_string).collect();
     let output = Command::new(&python)

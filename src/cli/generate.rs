@@ -3,7 +3,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use envace::kernels::{load, ChatMessage, Engine, EngineConfig, GenerationRequest, ModelSource, SamplingParams};
+use envace::kernels::{
+    load, ChatMessage, Engine, EngineConfig, GenerationRequest, ModelSource, SamplingParams,
+};
 use serde_json::json;
 
 use super::ModelArgs;
@@ -80,7 +82,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         stop_token_ids: loaded.tokenizer.eos_token_ids.clone(),
         stop_strings: args.stop.clone(),
     };
-    let mut engine = Engine::new(&loaded.model, Some(&loaded.tokenizer), EngineConfig::default());
+    let mut engine = Engine::new(
+        &loaded.model,
+        Some(&loaded.tokenizer),
+        EngineConfig::default(),
+    );
     let started = Instant::now();
     let completion = engine
         .generate(vec![GenerationRequest {
@@ -102,7 +108,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         });
         println!("{out}");
     } else {
-        println!("{}", loaded.tokenizer.decode(&completion.completion_ids, true)?);
+        println!(
+            "{}",
+            loaded.tokenizer.decode(&completion.completion_ids, true)?
+        );
         eprintln!(
             "[{} prompt tokens, {} new tokens in {seconds:.2} s ({:.1} tokens/s), finish: {:?}]",
             prompt_ids.len(),

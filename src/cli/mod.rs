@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use envace::runtime::{DeviceChoice, DtypeChoice};
 
 #[derive(Debug, Parser)]
-#[command(name = "envace", version, about = "EnvACE-style agentic RL for LLM tool-calling agents")]
+#[command(
+    name = "envace",
+    version,
+    about = "EnvACE-style agentic RL for LLM tool-calling agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,8 @@ pub struct ModelArgs {
 pub fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "envace=info,warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "envace=info,warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
