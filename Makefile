@@ -30,7 +30,7 @@ lint: setup
 
 # HF transformers + gguf in the same venv, for the peer numbers in `envace bench generate`.
 bench-deps: setup
-	@python -c "import transformers, gguf" 2>/dev/null || pip install --disable-pip-version-check -q "transformers==5.24.0" "gguf"
+	@python -c "import transformers, gguf, accelerate" 2>/dev/null || pip install --disable-pip-version-check -q "transformers==5.24.0" gguf accelerate
 
 bench: build bench-deps
 	$(ENVACE) bench generate

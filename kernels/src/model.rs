@@ -5,10 +5,11 @@
 //! training ([`Model::forward_hidden`], autograd) and inference with a KV cache
 //! ([`Model::prefill`], [`Model::decode`]).
 //!
-//! Parameters live in one [`nn::VarStore`], the handle the optimizer steps. The q, k and v
-//! projections are fused into one `[q+k+v, hidden]` matrix and gate/up into one
-//! `[2·ffn, hidden]` matrix at load: two matmuls fewer per layer, which is where decode time goes
-//! at small batch (per-op overhead, not arithmetic).
+//! Parameters live in one [`nn::VarStore`], the handle the optimizer steps. At load the q, k and v
+//! projections are fused into one matrix and gate/up into another (two matmuls fewer per layer),
+//! and every projection is stored `[in, out]` (transposed from HF's `[out, in]`): on the CPU,
+//! MKL's GEMM at decode-sized batches (1–32 rows) runs 15–20 % faster on that layout than on
+//! `linear`'s transposed operand (measured on the 2-core reference machine).
 
 use tch::{nn, Device, Kind, Tensor};
 
@@ -66,17 +67,17 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 #[derive(Debug)]
 struct Layer {
     input_norm: Tensor,
-    /// `[(heads + 2·kv_heads)·head_dim, hidden]`
+    /// `[hidden, (heads + 2·kv_heads)·head_dim]`
     qkv: Tensor,
     qkv_bias: Option<Tensor>,
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
-    /// `[hidden, heads·head_dim]`
+    /// `[heads·head_dim, hidden]`
     o_proj: Tensor,
     post_norm: Tensor,
-    /// `[2·ffn, hidden]`: gate rows then up rows.
+    /// `[hidden, 2·ffn]`: gate columns then up columns.
     gate_up: Tensor,
-    /// `[hidden, ffn]`
+    /// `[ffn, hidden]`
     down: Tensor,
 }
 
@@ -137,7 +138,9 @@ impl Model {
             c.num_attention_heads as i64,
             c.num_key_value_heads as i64,
         );
-        let vs = nn::VarStore::new(device);
+        let mut vs = nn::VarStore::new(device);
+        // New variables take the store's kind (`var_copy` would otherwise make them f32).
+        vs.set_kind(dtype);
         let root = vs.root();
         // VarStore names are paths: `layers.3.qkv` is `root / "layers" / "3"` + `qkv`.
         let var = |name: &str, t: Tensor| -> Tensor {
@@ -187,22 +190,29 @@ impl Model {
                     &format!("layers.{i}.input_norm"),
                     weights.take(&format!("{p}.input_layernorm.weight"), &[h])?,
                 ),
-                qkv: var(&format!("layers.{i}.qkv"), Tensor::cat(&[q, k, vv], 0)),
+                qkv: var(&format!("layers.{i}.qkv"), Tensor::cat(&[q, k, vv], 0).tr()),
                 qkv_bias,
                 q_norm,
                 k_norm,
                 o_proj: var(
                     &format!("layers.{i}.o_proj"),
-                    weights.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
+                    weights
+                        .take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?
+                        .tr(),
                 ),
                 post_norm: var(
                     &format!("layers.{i}.post_norm"),
                     weights.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
                 ),
-                gate_up: var(&format!("layers.{i}.gate_up"), Tensor::cat(&[gate, up], 0)),
+                gate_up: var(
+                    &format!("layers.{i}.gate_up"),
+                    Tensor::cat(&[gate, up], 0).tr(),
+                ),
                 down: var(
                     &format!("layers.{i}.down"),
-                    weights.take(&format!("{p}.mlp.down_proj.weight"), &[h, f])?,
+                    weights
+                        .take(&format!("{p}.mlp.down_proj.weight"), &[h, f])?
+                        .tr(),
                 ),
             });
         }
@@ -427,7 +437,10 @@ impl Model {
             c.num_key_value_heads as i64,
         );
         let h = self.rms_norm(x, &layer.input_norm);
-        let qkv = h.linear(&layer.qkv, layer.qkv_bias.as_ref());
+        let qkv = match &layer.qkv_bias {
+            Some(bias) => h.matmul(&layer.qkv) + bias,
+            None => h.matmul(&layer.qkv),
+        };
         let parts = qkv.split_with_sizes([nh * hd, nkv * hd, nkv * hd], -1);
         let mut q = parts[0].view([b, t, nh, hd]);
         let mut k = parts[1].view([b, t, nkv, hd]);
@@ -445,10 +458,10 @@ impl Model {
     fn layer_output(&self, layer: &Layer, x: &Tensor, attn: &Tensor) -> Tensor {
         let (b, t, _) = x.size3().unwrap_or((1, 1, 1));
         let attn = attn.transpose(1, 2).reshape([b, t, -1]);
-        let x = x + attn.linear::<&Tensor>(&layer.o_proj, None);
+        let x = x + attn.matmul(&layer.o_proj);
         let h = self.rms_norm(&x, &layer.post_norm);
-        let gu = h.linear::<&Tensor>(&layer.gate_up, None).chunk(2, -1);
-        let mlp = (gu[0].silu() * &gu[1]).linear::<&Tensor>(&layer.down, None);
+        let gu = h.matmul(&layer.gate_up).chunk(2, -1);
+        let mlp = (gu[0].silu() * &gu[1]).matmul(&layer.down);
         x + mlp
     }
 
@@ -473,16 +486,22 @@ impl Model {
             } => {
                 let keys = mask.size()[3];
                 let (k_all, v_all) = cache.append_one(i, positions, &k, &v, keys);
+                // One query token per slot: fold each KV group's query heads into the query
+                // length, `[s, kv_heads, group, d]`, so attention reads each cached key once
+                // instead of expanding K/V to every query head.
+                let size = q.size();
+                let grouped = q.reshape([size[0], k_all.size()[1], -1, size[3]]);
                 Tensor::scaled_dot_product_attention(
-                    &q,
+                    &grouped,
                     &k_all,
                     &v_all,
                     Some(mask),
                     0.0,
                     false,
                     None,
-                    true,
+                    false,
                 )
+                .reshape(size.as_slice())
             }
         };
         self.layer_output(layer, x, &attn)
