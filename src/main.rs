@@ -2,5 +2,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    envace::runtime::tune_allocator();
     cli::run()
 }

