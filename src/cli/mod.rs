@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch; `anyhow` lives here and nowhere below.
 mod bench;
 mod generate;
+mod inspect;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,10 @@ enum Command {
     /// Benchmarks (speed and memory tables; not tests).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Summarise a storage database (runs, record counts, last steps) or show one trajectory.
+    Inspect(inspect::InspectArgs),
+    /// Write records of a storage database to stdout, one JSON object per line.
+    Export(inspect::ExportArgs),
 }
 
 /// Model, device and dtype, shared by the subcommands that load a model.
@@ -54,6 +59,8 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Inspect(args) => inspect::inspect(args),
+        Command::Export(args) => inspect::export(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,306 @@
+//! `envace inspect` and `envace export` against a database written through the storage crate:
+//! their output, and exit code 1 with a clear message for a missing, locked or damaged database.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use envace_storage::{
+    Checkpoint, ExecutionMode, Message, MessageRole, PolicyVersion, RecordKey, Role, Row, RunState,
+    SampleKey, Store, StoreOptions, Task, Termination, Timings, Trajectory, TurnVerdict,
+};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("envace-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn envace(args: &[&str], db: &Path) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_envace"));
+    cmd.args(&args[..1]).arg("--db").arg(db).args(&args[1..]);
+    cmd.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Two user turns: a rehearsed tool call and an answer, then a second question and answer.
+fn trajectory(step: u64, task: &str, sample: u32) -> Trajectory {
+    let row = |role, prompt: u32, logprob: f32| Row {
+        role,
+        prompt_ids: (0..prompt).collect(),
+        completion_ids: vec![7, 8, 9, 10],
+        logprobs: vec![logprob; 4],
+        policy_version: PolicyVersion(step),
+    };
+    let msg = |role, content: &str, tool: Option<&str>, row: Option<u32>| Message {
+        role,
+        content: content.to_owned(),
+        tool_name: tool.map(str::to_owned),
+        row,
+    };
+    Trajectory {
+        run: "demo".into(),
+        step,
+        task: task.into(),
+        sample,
+        mode: ExecutionMode::Rehearsal,
+        rows: vec![
+            row(Role::Act, 20, -0.5),
+            row(Role::Rehearse, 30, -0.25),
+            row(Role::Act, 40, -1.0),
+            row(Role::Act, 50, -0.125),
+        ],
+        messages: vec![
+            msg(MessageRole::User, "List the files.", None, None),
+            msg(
+                MessageRole::Assistant,
+                "<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>",
+                None,
+                Some(0),
+            ),
+            msg(
+                MessageRole::Tool,
+                "{\"files\": [\"a.txt\"]}",
+                Some("ls"),
+                Some(1),
+            ),
+            msg(
+                MessageRole::Assistant,
+                "There is a.txt.\u{1b}[2J",
+                None,
+                Some(2),
+            ),
+            msg(MessageRole::User, "And its size?", None, None),
+            msg(MessageRole::Assistant, "I cannot tell.", None, Some(3)),
+        ],
+        reward: 0.5,
+        verdicts: vec![
+            TurnVerdict {
+                user_turn: 0,
+                score: 1.0,
+                passed: true,
+                reason: "named the file".into(),
+            },
+            TurnVerdict {
+                user_turn: 1,
+                score: 0.0,
+                passed: false,
+                reason: "no size given".into(),
+            },
+        ],
+        termination: Termination::Completed,
+        timings: Timings {
+            total_s: 2.5,
+            ..Timings::default()
+        },
+    }
+}
+
+fn fill(db: &Path) -> Vec<Trajectory> {
+    let store = Store::open(db, StoreOptions::default()).unwrap();
+    let all: Vec<Trajectory> = (0..3)
+        .flat_map(|step| {
+            ["t0", "t1"]
+                .into_iter()
+                .flat_map(move |task| (0..2).map(move |s| trajectory(step, task, s)))
+        })
+        .collect();
+    store.put_many(&all).unwrap();
+    store
+        .put(&RunState {
+            run: "demo".into(),
+            step: 2,
+            data_cursor: 6,
+            rng_state: vec![1; 32],
+            config_hash: "0123456789abcdef0123".into(),
+        })
+        .unwrap();
+    store
+        .put(&Checkpoint {
+            run: "demo".into(),
+            step: 1,
+            path: "/ckpt/demo-1".into(),
+            metrics: [("reward_mean".to_owned(), 0.5)].into(),
+        })
+        .unwrap();
+    store
+        .put(&Task {
+            id: "t0".into(),
+            category: "multi_turn_base".into(),
+            split: "train".into(),
+            payload_json: "{}".into(),
+        })
+        .unwrap();
+    all
+}
+
+#[test]
+fn inspect_summarises_runs_and_counts() {
+    let dir = TempDir::new("summary");
+    fill(&dir.0);
+    let out = envace(&["inspect"], &dir.0);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = |first: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no `{first}` line in\n{stdout}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(line("tasks"), ["tasks", "1"]);
+    assert_eq!(line("rollouts"), ["rollouts", "12"]);
+    assert_eq!(line("runs"), ["runs", "1"]);
+    assert_eq!(line("checkpoints"), ["checkpoints", "1"]);
+    // run, step, data cursor, config (12 chars), rollouts, last rollout step, memories,
+    // checkpoints, last checkpoint
+    assert_eq!(
+        line("demo"),
+        ["demo", "2", "6", "0123456789ab", "12", "2", "0", "1", "1"]
+    );
+}
+
+#[test]
+fn inspect_trajectory_shows_roles_reward_and_verdicts() {
+    let dir = TempDir::new("trajectory");
+    fill(&dir.0);
+    let out = envace(&["inspect", "trajectory", "demo/1/t1/0"], &dir.0);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let expected_lines = [
+        "trajectory demo/1/t1/0",
+        "  mode rehearsal | reward 0.500 | termination completed | 4 rows (act 3, rehearse 1) | \
+         tokens 140 prompt + 16 completion",
+        "[0] user (turn 0)",
+        "[1] assistant  <act row 0, policy v1, 4 tokens, mean logprob -0.500>",
+        "[2] tool ls  <rehearse row 1, policy v1, 4 tokens, mean logprob -0.250>",
+        "    {\"files\": [\"a.txt\"]}",
+        // The terminal escape from the model's text is shown, not executed.
+        "    There is a.txt.\\u{1b}[2J",
+        "  => verdict turn 0: score 1.000, passed: named the file",
+        "[4] user (turn 1)",
+        "  => verdict turn 1: score 0.000, FAILED: no size given",
+    ];
+    let lines: Vec<&str> = stdout.lines().collect();
+    let mut next = 0;
+    for want in expected_lines {
+        let at = lines[next..]
+            .iter()
+            .position(|l| *l == want)
+            .unwrap_or_else(|| panic!("missing or out of order: `{want}` in\n{stdout}"));
+        next += at + 1;
+    }
+    let out = envace(&["inspect", "trajectory", "demo/9/t1/0"], &dir.0);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no trajectory demo/9/t1/0 in"));
+    let out = envace(&["inspect", "trajectory", "demo/t1/0"], &dir.0);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("RUN/STEP/TASK/SAMPLE"));
+}
+
+#[test]
+fn export_writes_one_json_object_per_record() {
+    let dir = TempDir::new("export");
+    let written = fill(&dir.0);
+    let out = envace(
+        &["export", "--what", "trajectories", "--format", "jsonl"],
+        &dir.0,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 12);
+    assert_eq!(lines[0]["id"], "demo/0/t0/0");
+    assert_eq!(lines[11]["id"], "demo/2/t1/1");
+    assert_eq!(lines[5]["rows"][1]["role"], "rehearse");
+    assert_eq!(
+        lines[5]["rows"][1]["prompt_ids"].as_array().unwrap().len(),
+        30
+    );
+    assert_eq!(lines[5]["verdicts"][1]["passed"], false);
+    assert_eq!(lines[5]["termination"], "completed");
+    let back: Trajectory = {
+        let mut v = lines[5].clone();
+        v.as_object_mut().unwrap().remove("id");
+        serde_json::from_value(v).unwrap()
+    };
+    assert_eq!(back, written[5]);
+
+    let out = envace(&["export", "--what", "runs"], &dir.0);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs["id"], "demo");
+    assert_eq!(runs["data_cursor"], 6);
+    let out = envace(&["export", "--what", "memories"], &dir.0);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_locked_and_damaged_databases_exit_1_with_a_clear_message() {
+    let dir = TempDir::new("errors");
+    let out = envace(&["inspect"], &dir.0);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("no envace database at {}", dir.0.display())),
+        "{}",
+        text(&out.stderr)
+    );
+
+    fill(&dir.0);
+    {
+        let _held = Store::open(&dir.0, StoreOptions::default()).unwrap();
+        let out = envace(&["export", "--what", "seeds"], &dir.0);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("is locked by another process"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    // Damage one value the way a disk fault would; the rest still exports.
+    let key = SampleKey {
+        run: "demo".into(),
+        step: 1,
+        task: "t0".into(),
+        sample: 1,
+    };
+    {
+        let db = sled::open(&dir.0).unwrap();
+        let tree = db.open_tree("rollouts").unwrap();
+        let mut value = tree.get(key.to_bytes()).unwrap().unwrap().to_vec();
+        let last = value.len() - 1;
+        value[last] ^= 0xFF;
+        tree.insert(key.to_bytes(), value).unwrap();
+        db.flush().unwrap();
+    }
+    let out = envace(&["export", "--what", "trajectories"], &dir.0);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout).lines().count(), 11);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("corrupt record in tree `rollouts` at key demo/1/t0/1: checksum mismatch"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("1 record(s) could not be read"), "{stderr}");
+    let out = envace(&["inspect", "trajectory", "demo/1/t0/1"], &dir.0);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("corrupt record in tree `rollouts`"));
+    let out = envace(&["inspect"], &dir.0);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
