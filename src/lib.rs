@@ -26,4 +26,5 @@ pub use envace_actors as actors;
 pub use envace_kernels as kernels;
 pub use envace_storage as storage;
 
+pub mod bfcl;
 pub mod runtime;

@@ -63,14 +63,14 @@ impl fmt::Display for DtypeChoice {
 /// Resolves the choices against this machine.
 ///
 /// # Errors
-/// [`Error::Config`] when CUDA is requested but libtorch sees no CUDA device.
+/// [`Error::Device`] when CUDA is requested but libtorch sees no CUDA device.
 pub fn resolve(device: DeviceChoice, dtype: DtypeChoice) -> Result<(Device, Kind)> {
     let device = match device {
         DeviceChoice::Auto => Device::cuda_if_available(),
         DeviceChoice::Cpu => Device::Cpu,
         DeviceChoice::Cuda if tch::Cuda::is_available() => Device::Cuda(0),
         DeviceChoice::Cuda => {
-            return Err(Error::Config(
+            return Err(Error::Device(
                 "--device cuda: libtorch sees no CUDA device".into(),
             ))
         }

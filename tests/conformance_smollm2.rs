@@ -197,18 +197,6 @@ fn bad_inputs_are_clear_errors() {
     .unwrap_err()
     .to_string();
     assert!(err.contains(&missing.display().to_string()), "{err}");
-    std::env::set_var(
-        "ENVACE_ASSETS",
-        std::env::temp_dir().join("envace-no-assets"),
-    );
-    let err = load(&ModelSource::Embedded, Device::Cpu, Kind::Float)
-        .unwrap_err()
-        .to_string();
-    std::env::remove_var("ENVACE_ASSETS");
-    assert!(
-        err.contains("SmolLM2-135M-Instruct.Q4_1.gguf") && err.contains("make setup"),
-        "{err}"
-    );
 
     // Truncated GGUF: an error, not a panic.
     let bytes =

@@ -6,3 +6,7 @@
 
 pub use envace_kernels as kernels;
 pub use envace_storage as storage;
+
+pub mod environment;
+
+pub use environment::{EnvTask, Environment, EnvironmentError, Observation, ToolCall};

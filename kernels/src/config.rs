@@ -77,6 +77,9 @@ impl ModelConfig {
                 self.head_dim
             ));
         }
+        if self.max_position_embeddings == 0 {
+            return fail("max_position_embeddings (context length) must be positive".into());
+        }
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
             return fail("vocab_size, hidden_size and num_hidden_layers must be positive".into());
         }

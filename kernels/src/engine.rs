@@ -134,8 +134,11 @@ impl<'a> Engine<'a> {
                 cfg.vocab_size
             )));
         }
-        let needed = request.prompt_ids.len() + request.params.max_new_tokens;
-        if needed > cfg.max_position_embeddings {
+        let needed = request
+            .prompt_ids
+            .len()
+            .checked_add(request.params.max_new_tokens);
+        if needed.is_none_or(|n| n > cfg.max_position_embeddings) {
             return Err(Error::ContextOverflow {
                 prompt_tokens: request.prompt_ids.len(),
                 max_new_tokens: request.params.max_new_tokens,
@@ -208,7 +211,7 @@ impl<'a> Engine<'a> {
         let mut admitted: Vec<(usize, RequestId, GenerationRequest)> = Vec::new();
         let mut longest = 0;
         for slot in 0..self.slots.len() {
-            if self.slots[slot].is_some() || admitted.iter().any(|(s, _, _)| *s == slot) {
+            if self.slots[slot].is_some() {
                 continue;
             }
             let Some((_, next)) = self.waiting.front() else {
@@ -229,22 +232,24 @@ impl<'a> Engine<'a> {
             return Ok(Vec::new());
         }
         let model = self.model;
+        // Prompt + budget was checked against the context in `add_request`.
         let need = admitted
             .iter()
             .map(|(_, _, r)| r.prompt_ids.len() + r.params.max_new_tokens)
             .max()
             .unwrap_or(1);
-        let cache = match &mut self.cache {
-            Some(cache) => cache,
-            none => none.insert(KvCache::new(
+        let slots_needed = admitted.iter().map(|(s, _, _)| s + 1).max().unwrap_or(1);
+        let (max_slots, context) = (self.slots.len(), model.config().max_position_embeddings);
+        let cache = self.cache.get_or_insert_with(|| {
+            KvCache::new(
                 model.config(),
-                self.slots.len(),
+                slots_needed,
                 need,
                 model.device(),
                 model.dtype(),
-            )),
-        };
-        cache.ensure_capacity(need);
+            )
+        });
+        cache.ensure(slots_needed, need, max_slots, context);
 
         let b = admitted.len();
         let mut ids = vec![0i64; b * longest];

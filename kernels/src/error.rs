@@ -57,6 +57,9 @@ pub enum Error {
         max_new_tokens: usize,
         context_len: usize,
     },
+    /// The requested device is not available.
+    #[error("device: {0}")]
+    Device(String),
     /// A generation or scoring request is invalid (empty prompt, bad sampling value, …).
     #[error("invalid request: {0}")]
     InvalidRequest(String),

@@ -70,21 +70,35 @@ impl KvCache {
             .sum()
     }
 
-    /// Grows every slot to at least `capacity` positions, keeping the cached entries.
-    pub fn ensure_capacity(&mut self, capacity: usize) {
-        let capacity = capacity as i64;
-        if capacity <= self.capacity {
+    /// Grows the cache to at least `slots` sequences of `capacity` positions, keeping what is
+    /// cached. Sizes grow geometrically (so a long run reallocates O(log n) times) but never
+    /// past `max_slots` / `max_capacity`.
+    pub fn ensure(&mut self, slots: usize, capacity: usize, max_slots: usize, max_capacity: usize) {
+        let grow = |have: i64, want: usize, max: usize| -> i64 {
+            let want = want as i64;
+            if want <= have {
+                have
+            } else {
+                want.max(have * 2).min(max.max(want as usize) as i64)
+            }
+        };
+        let new_slots = grow(self.slots, slots, max_slots);
+        let new_cap = grow(self.capacity, capacity, max_capacity);
+        if new_slots == self.slots && new_cap == self.capacity {
             return;
         }
-        // Grow geometrically so a long generation reallocates O(log n) times.
-        let new_cap = capacity.max(self.capacity * 2);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             let mut shape = buf.size();
+            shape[0] = new_slots;
             shape[2] = new_cap;
             let grown = Tensor::zeros(&shape, (buf.kind(), buf.device()));
-            grown.narrow(2, 0, self.capacity).copy_(buf);
+            grown
+                .narrow(0, 0, self.slots)
+                .narrow(2, 0, self.capacity)
+                .copy_(buf);
             *buf = grown;
         }
+        self.slots = new_slots;
         self.capacity = new_cap;
     }
 

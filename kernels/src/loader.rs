@@ -35,13 +35,17 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
-    /// Parses a spec: `smollm2-135m`, `tiny`, a path ending in `.gguf`, or a directory.
+    /// Parses a spec: `smollm2-135m`, `tiny`, a directory (HF checkpoint) or a file (GGUF,
+    /// whatever its extension). A path that does not exist is taken as a GGUF when it ends in
+    /// `.gguf`, else as a directory, so the not-found error names what was expected.
     pub fn parse(spec: &str) -> Self {
+        let path = PathBuf::from(spec);
         match spec {
             EMBEDDED_MODEL => Self::Embedded,
             "tiny" => Self::Tiny,
-            path if path.ends_with(".gguf") => Self::Gguf(PathBuf::from(path)),
-            path => Self::HfDir(PathBuf::from(path)),
+            _ if path.is_dir() => Self::HfDir(path),
+            _ if path.is_file() || spec.ends_with(".gguf") => Self::Gguf(path),
+            _ => Self::HfDir(path),
         }
     }
 }

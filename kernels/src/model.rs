@@ -18,16 +18,16 @@ use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 use crate::weights::Weights;
 
-/// Precomputed RoPE tables, `cos`/`sin: [max_positions, head_dim]` in the model dtype.
+/// RoPE angles, computed per forward pass from the positions as HF does (no table sized by the
+/// context length, which a corrupt config could make huge).
 #[derive(Debug)]
 struct Rope {
-    cos: Tensor,
-    sin: Tensor,
+    /// `[head_dim / 2]` f32: `1/θ^(2i/d)`.
+    inv_freq: Tensor,
+    dtype: Kind,
 }
 
 impl Rope {
-    /// Tables as HF computes them: `inv_freq = 1/θ^(2i/d)` and angles in f32, then cos/sin,
-    /// duplicated over both halves (`rotate_half` convention).
     fn new(config: &ModelConfig, device: Device, dtype: Kind) -> Self {
         let d = config.head_dim as i64;
         let exponent = Tensor::arange_start_step(0, d, 2, (Kind::Int64, device))
@@ -37,23 +37,15 @@ impl Rope {
             .to_device(device)
             .pow(&exponent)
             .reciprocal();
-        let positions =
-            Tensor::arange(config.max_position_embeddings as i64, (Kind::Float, device));
-        let freqs = positions.unsqueeze(1) * inv_freq.unsqueeze(0);
-        let emb = Tensor::cat(&[&freqs, &freqs], -1);
-        Self {
-            cos: emb.cos().to_kind(dtype),
-            sin: emb.sin().to_kind(dtype),
-        }
+        Self { inv_freq, dtype }
     }
 
-    /// `cos, sin: [batch, 1, seq, head_dim]` for `positions: [batch, seq]` i64.
+    /// `cos, sin: [batch, 1, seq, head_dim]` (model dtype) for `positions: [batch, seq]` i64;
+    /// angles in f32, duplicated over both halves (`rotate_half` convention).
     fn tables(&self, positions: &Tensor) -> (Tensor, Tensor) {
-        let (b, t) = positions.size2().unwrap_or((1, 1));
-        let flat = positions.reshape([-1]);
-        let cos = self.cos.index_select(0, &flat).view([b, 1, t, -1]);
-        let sin = self.sin.index_select(0, &flat).view([b, 1, t, -1]);
-        (cos, sin)
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
+        let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+        (emb.cos().to_kind(self.dtype), emb.sin().to_kind(self.dtype))
     }
 }
 

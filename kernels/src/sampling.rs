@@ -3,7 +3,12 @@
 //! The distribution a token is drawn from is `softmax(logits / temperature)` restricted to the
 //! `top_k` most likely tokens and then to the smallest prefix whose mass reaches `top_p`,
 //! renormalised. The returned log-prob is the chosen token's log-probability under exactly
-//! that distribution (for greedy decoding, `temperature = 0`, under `softmax(logits)`).
+//! that distribution; for greedy decoding (`temperature = 0`) it is under `softmax(logits)`.
+//!
+//! For RL the learner recomputes log-probs with [`crate::scoring::score`], which applies the
+//! temperature but not the truncation: sample training rollouts with `top_k = 0` and
+//! `top_p = 1` (the reference setting: temperature 1.0) so that both sides agree; a truncated
+//! distribution's log-probs (e.g. `top_k = 1` gives exactly 0) are not comparable.
 //! Each request draws from its own ChaCha8 stream seeded by its `seed`, so a request samples
 //! the same tokens whatever else shares its batch.
 
@@ -67,6 +72,11 @@ impl SamplingParams {
                 self.top_p
             )));
         }
+        if self.stop_strings.iter().any(String::is_empty) {
+            return Err(Error::InvalidRequest(
+                "stop strings must be non-empty".into(),
+            ));
+        }
         if self.max_new_tokens == 0 {
             return Err(Error::InvalidRequest("max_new_tokens must be ≥ 1".into()));
         }
@@ -120,7 +130,10 @@ pub(crate) fn sample(logits: &Tensor, samplers: &mut [&mut RowSampler]) -> Resul
     for r in sampled {
         let sampler = &mut *samplers[r];
         let p = &sampler.params;
-        let scaled = logits.get(r as i64) / f64::from(p.temperature);
+        // Shift by the maximum first: a tiny temperature then sends the others to −∞ (weight 0)
+        // instead of overflowing everything to ∞ (NaN after softmax).
+        let row = logits.get(r as i64);
+        let scaled = (&row - row.max()) / f64::from(p.temperature);
         let (probs, ids) = if p.truncates() {
             let (vals, ids) = scaled.sort(-1, true);
             let probs = vals.softmax(-1, Kind::Float);
@@ -262,7 +275,28 @@ mod tests {
     }
 
     #[test]
+    fn tiny_temperature_is_finite_and_near_greedy() {
+        let logits = Tensor::from_slice(&[1.0f32, 3.0, 2.0, 2.9]).view([1, 4]);
+        let mut s = sampler(SamplingParams {
+            temperature: 1e-30,
+            seed: 5,
+            ..Default::default()
+        });
+        let (id, lp) = sample(&logits, &mut [&mut s]).unwrap()[0];
+        assert_eq!((id, lp), (1, 0.0));
+    }
+
+    #[test]
     fn invalid_values_are_rejected() {
+        let bad = SamplingParams {
+            stop_strings: vec![String::new()],
+            ..Default::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("stop strings"));
         let bad = SamplingParams {
             top_p: 0.0,
             ..Default::default()

@@ -83,6 +83,9 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
             "scoring temperature must be > 0, got {temperature}"
         )));
     }
+    if rows.is_empty() {
+        return Err(Error::InvalidRequest("no rows to score".into()));
+    }
     for (i, r) in rows.iter().enumerate() {
         if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
             return Err(Error::InvalidRequest(format!(
@@ -304,6 +307,10 @@ mod tests {
             completion_ids: vec![2],
         };
         assert!(score(&model, &[ok], 0.0).is_err());
+        assert!(score(&model, &[], 1.0)
+            .unwrap_err()
+            .to_string()
+            .contains("no rows"));
     }
 
     #[test]

@@ -1,0 +1,29 @@
+//! The BFCL v4 multi-turn environment (Berkeley Function Calling Leaderboard, Apache-2.0),
+//! ported from the behaviour recorded in its reference traces.
+//!
+//! One module per concern: [`value`] (Python values and their exact text), [`parse`] (call
+//! strings and JSON calls, never evaluated), [`signature`] (argument binding with CPython's
+//! messages), [`pyrandom`] (CPython's Mersenne Twister), [`ops`] (Python operators with their
+//! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics).
+//!
+//! ```
+//! use envace::bfcl::executor::Executor;
+//! let mut exec = Executor::new(&["TicketAPI".into()], &serde_json::json!({}), false).unwrap();
+//! let out = exec.execute_str("ticket_login(username='ann', password='pw')");
+//! assert_eq!(out.text, r#"{"success": true}"#);
+//! ```
+
+pub mod classes;
+pub mod error;
+pub mod exception;
+pub mod executor;
+pub mod ops;
+pub mod parse;
+pub mod pyrandom;
+pub mod signature;
+pub mod value;
+
+pub use error::BfclError;
+pub use executor::{CallOutcome, Executor, ResultKind};
+pub use parse::{parse_json_call, parse_python_call, ParseError, PyCall};
+pub use value::{PyDict, PyValue};
