@@ -9,7 +9,7 @@ export LIBTORCH_USE_PYTORCH := 1
 CARGO ?= cargo
 ENVACE := target/release/envace
 
-.PHONY: setup build demo test lint bench bench-deps clean-assets
+.PHONY: setup build demo test lint bench bench-deps distclean
 
 setup:
 	@scripts/setup.sh
@@ -35,5 +35,6 @@ bench-deps: setup
 bench: build bench-deps
 	$(ENVACE) bench generate
 
-clean-assets:
+# Removes everything `make setup` installed.
+distclean:
 	rm -rf assets .venv

@@ -17,6 +17,8 @@ fn main() {
         println!("cargo:warning=libtorch directory unknown: binaries need LD_LIBRARY_PATH");
         return;
     };
+    // Swapping the wheel in place (CPU ↔ CUDA) must relink.
+    println!("cargo:rerun-if-changed={}", lib_dir.display());
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
     if lib_dir.join("libtorch_cuda.so").exists() {
         println!("cargo:rustc-link-search=native={}", lib_dir.display());

@@ -1,11 +1,16 @@
 //! `envace inspect` and `envace export` against a database written through the storage crate:
-//! their output, and exit code 1 with a clear message for a missing, locked or damaged database.
+//! their output; exit code 1 with a clear message for a missing, locked or damaged database; a
+//! damaged blob file reported once, never a hang; directories that are not databases refused
+//! and left as they were.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use envace_storage::{
     Checkpoint, ExecutionMode, Message, MessageRole, PolicyVersion, RecordKey, Role, Row, RunState,
     SampleKey, Store, StoreOptions, Task, Termination, Timings, Trajectory, TurnVerdict,
+    SEGMENT_SIZE,
 };
 
 struct TempDir(PathBuf);
@@ -24,10 +29,48 @@ impl Drop for TempDir {
     }
 }
 
+/// Runs `envace ARGS[0] --db DB ARGS[1..]`; fails the test if it runs for more than a minute
+/// (a scan that loops on a damaged node would otherwise hang the test run).
 fn envace(args: &[&str], db: &Path) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_envace"));
-    cmd.args(&args[..1]).arg("--db").arg(db).args(&args[1..]);
-    cmd.output().unwrap()
+    let mut child = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(&args[..1])
+        .arg("--db")
+        .arg(db)
+        .args(&args[1..])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut b).unwrap();
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut b).unwrap();
+        b
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("envace {args:?} ran for over a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -281,7 +324,11 @@ fn missing_locked_and_damaged_databases_exit_1_with_a_clear_message() {
         sample: 1,
     };
     {
-        let db = sled::open(&dir.0).unwrap();
+        let db = sled::Config::new()
+            .path(&dir.0)
+            .segment_size(SEGMENT_SIZE)
+            .open()
+            .unwrap();
         let tree = db.open_tree("rollouts").unwrap();
         let mut value = tree.get(key.to_bytes()).unwrap().unwrap().to_vec();
         let last = value.len() - 1;
@@ -297,10 +344,179 @@ fn missing_locked_and_damaged_databases_exit_1_with_a_clear_message() {
         stderr.contains("corrupt record in tree `rollouts` at key demo/1/t0/1: checksum mismatch"),
         "{stderr}"
     );
-    assert!(stderr.contains("1 record(s) could not be read"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "1 read error(s) (warnings above: a damaged record, or a part of the \
+             database that could not be read); the 11 readable records were exported"
+        ),
+        "{stderr}"
+    );
     let out = envace(&["inspect", "trajectory", "demo/1/t0/1"], &dir.0);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("corrupt record in tree `rollouts`"));
     let out = envace(&["inspect"], &dir.0);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Every file under `dir` with its bytes: to show a command changed nothing.
+fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.insert(path.clone(), Vec::new());
+            out.extend(contents(&path));
+        } else {
+            out.insert(path.clone(), std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_damaged_blob_file_is_reported_once_and_the_rest_exported() {
+    let dir = TempDir::new("blob");
+    // Small segments (256 KiB: messages over 64 KiB go to blob files) keep this fast; the store
+    // keeps the segment size the database's `conf` records.
+    drop(
+        sled::Config::new()
+            .path(&dir.0)
+            .segment_size(1 << 18)
+            .open()
+            .unwrap(),
+    );
+    let mut big = trajectory(0, "big", 0);
+    big.rows[0].prompt_ids = (0..30_000).collect(); // ~90 KB: a blob file
+    let small: Vec<Trajectory> = (0..2000)
+        .map(|i| {
+            let mut t = trajectory(1 + i / 100, "t", (i % 100) as u32);
+            t.messages.clear();
+            t
+        })
+        .collect();
+    {
+        let store = Store::open(&dir.0, StoreOptions::default()).unwrap();
+        store.put(&big).unwrap();
+        for chunk in small.chunks(100) {
+            store.put_many(chunk).unwrap();
+        }
+    }
+    // Reopen once so that sled's snapshot lies past the blob's log segment (recovery does not
+    // read it again), then damage every blob file as the reviewer did: 16 bytes overwritten.
+    drop(Store::open(&dir.0, StoreOptions::default()).unwrap());
+    let blobs: Vec<PathBuf> = std::fs::read_dir(dir.0.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!blobs.is_empty());
+    for file in &blobs {
+        let mut bytes = std::fs::read(file).unwrap();
+        for b in &mut bytes[100..116] {
+            *b ^= 0xFF;
+        }
+        std::fs::write(file, bytes).unwrap();
+    }
+
+    let out = envace(&["export", "--what", "trajectories"], &dir.0);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let exported = text(&out.stdout).lines().count();
+    // The damaged leaf node (the big record and its neighbours) is skipped; the rest exported.
+    assert!(
+        (2001 - 20..2001).contains(&exported),
+        "{exported} of 2001 exported"
+    );
+    let stderr = text(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with("warning: cannot read tree `rollouts` "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "1 read error(s) (warnings above: a damaged record, or a part of the database that \
+             could not be read); the {exported} readable records were exported"
+        )),
+        "{stderr}"
+    );
+
+    let out = envace(&["inspect"], &dir.0);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let rollouts = stdout
+        .lines()
+        .find(|l| l.starts_with("rollouts "))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(
+        rollouts,
+        Some(vec!["rollouts", &format!("{exported}*")]),
+        "{stdout}"
+    );
+    assert!(stdout.contains("* readable records only"), "{stdout}");
+    // One warning of ours (sled may log its own lines about the checksum too).
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("warning: "))
+            .count(),
+        1,
+        "{stderr}"
+    );
+
+    let out = envace(&["inspect", "trajectories", "--limit", "0"], &dir.0);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), exported + 1);
+}
+
+#[test]
+fn directories_that_are_not_databases_are_refused_untouched() {
+    let random: Vec<u8> = (0..100_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for (name, db, reason) in [
+        (
+            "random",
+            random.as_slice(),
+            "holds no valid sled log segment header",
+        ),
+        ("empty", &[][..], "`db` is empty (0 bytes)"),
+    ] {
+        let dir = TempDir::new(name);
+        fill(&dir.0);
+        std::fs::write(dir.0.join("db"), db).unwrap();
+        for f in std::fs::read_dir(&dir.0).unwrap() {
+            let path = f.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("snap.")
+            {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        let before = contents(&dir.0);
+        for args in [&["inspect"][..], &["export", "--what", "trajectories"]] {
+            let out = envace(args, &dir.0);
+            assert_eq!(out.status.code(), Some(1), "{name} {args:?}");
+            let stderr = text(&out.stderr);
+            assert!(
+                stderr.contains(&format!(
+                    "{} does not hold a valid envace database: ",
+                    dir.0.display()
+                )) && stderr.contains(reason)
+                    && stderr.contains("nothing was changed there"),
+                "{name} {args:?}: {stderr}"
+            );
+            assert!(out.stdout.is_empty());
+            assert!(
+                contents(&dir.0) == before,
+                "{name} {args:?} changed the directory"
+            );
+        }
+    }
 }

@@ -1,5 +1,8 @@
 //! `envace inspect` and `envace export`: read-only views of a storage database (runs, record
-//! counts, one trajectory as a conversation; JSON lines for other tools).
+//! counts, one trajectory as a conversation; JSON lines for other tools). They open it with
+//! `Store::open_existing` (see [`OPENING`] for what that does and does not write) and never stop
+//! at damage: every unreadable record or part of a tree is a warning on stderr.
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -13,9 +16,19 @@ use envace::storage::{
 };
 use serde::Serialize;
 
+/// How `inspect` and `export` open the database, for their `--help`.
+const OPENING: &str = "The database must not be open in another process: a running trainer \
+holds sled's exclusive lock, and the command then fails with a `locked` error (stop the trainer \
+first). sled has no read-only mode. The command refuses, before sled touches it, a directory \
+that is not a sound envace database (no or damaged `conf` or `db`, a damaged blob file that \
+sled's recovery would read), so it never re-creates or truncates one; opening a sound database \
+still runs sled's recovery, which may rewrite sled's own files (a `snap.*` snapshot, the unused \
+tail of the last log segment) but never a record.";
+
 #[derive(Debug, Args)]
+#[command(after_help = OPENING)]
 pub struct InspectArgs {
-    /// Database directory.
+    /// Database directory (not open in a running trainer: see below).
     #[arg(long)]
     db: PathBuf,
     /// Without a subcommand: runs, record counts per tree and last steps.
@@ -45,8 +58,9 @@ enum InspectWhat {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = OPENING)]
 pub struct ExportArgs {
-    /// Database directory.
+    /// Database directory (not open in a running trainer: see below).
     #[arg(long)]
     db: PathBuf,
     /// Which records.
@@ -114,6 +128,53 @@ fn write_stdout(text: &str) -> Result<()> {
     }
 }
 
+/// What one run has in the run-scoped trees.
+#[derive(Default)]
+struct RunSummary {
+    rollouts: usize,
+    last_rollout_step: Option<u64>,
+    memories: usize,
+    checkpoints: usize,
+    last_checkpoint_step: Option<u64>,
+}
+
+/// Unreadable parts of the database, reported on stderr once each.
+#[derive(Default)]
+struct Warnings(Vec<String>);
+
+impl Warnings {
+    fn add(&mut self, error: &envace::storage::Error) {
+        let text = error.to_string();
+        if !self.0.contains(&text) {
+            eprintln!("warning: {text}");
+            self.0.push(text);
+        }
+    }
+}
+
+/// Walks every key of `R`'s tree once (sled loads the values on the way: this is the summary's
+/// cost); returns the tree, the readable keys counted and whether some part could not be read.
+fn walk<R: Record>(
+    store: &Store,
+    warnings: &mut Warnings,
+    mut each: impl FnMut(R::Key),
+) -> (TreeName, usize, bool) {
+    let (mut n, mut damaged) = (0, false);
+    for item in store.keys::<R>(&Prefix::all()) {
+        match item {
+            Ok(key) => {
+                n += 1;
+                each(key);
+            }
+            Err(e) => {
+                warnings.add(&e);
+                damaged = true;
+            }
+        }
+    }
+    (R::TREE, n, damaged)
+}
+
 fn summary(store: &Store) -> Result<String> {
     let mut out = String::new();
     let size = store.size_on_disk()?;
@@ -123,36 +184,63 @@ fn summary(store: &Store) -> Result<String> {
         store.path().display(),
         bytes(size)
     )?;
-    let counts: Vec<Vec<String>> = TreeName::ALL
+    let mut warnings = Warnings::default();
+    let mut runs: BTreeMap<RunId, RunSummary> = BTreeMap::new();
+    let mut state_runs = Vec::new();
+    // Keys come in order, so the last one seen per run is its last step.
+    let counts = [
+        walk::<Task>(store, &mut warnings, |_| {}),
+        walk::<SeedTrajectory>(store, &mut warnings, |_| {}),
+        walk::<Trajectory>(store, &mut warnings, |k| {
+            let run = runs.entry(k.run).or_default();
+            run.rollouts += 1;
+            run.last_rollout_step = Some(k.step);
+        }),
+        walk::<RehearsalMemory>(store, &mut warnings, |k| {
+            runs.entry(k.run).or_default().memories += 1;
+        }),
+        walk::<RunState>(store, &mut warnings, |k| state_runs.push(k)),
+        walk::<Checkpoint>(store, &mut warnings, |k| {
+            let run = runs.entry(k.run).or_default();
+            run.checkpoints += 1;
+            run.last_checkpoint_step = Some(k.step);
+        }),
+    ];
+    for run in state_runs {
+        runs.entry(run).or_default();
+    }
+    let damaged = counts.iter().any(|&(_, _, damaged)| damaged);
+    let counts: Vec<Vec<String>> = counts
         .iter()
-        .map(|&t| vec![t.to_string(), store.len(t).to_string()])
+        .map(|&(tree, n, damaged)| {
+            let n = if damaged {
+                format!("{n}*")
+            } else {
+                n.to_string()
+            };
+            vec![tree.to_string(), n]
+        })
         .collect();
     out.push_str(&table(&["tree", "records"], &counts));
+    if damaged {
+        out.push_str(
+            "* readable records only: part of the tree could not be read (see warnings)\n",
+        );
+    }
 
-    let runs = store.runs()?;
     if runs.is_empty() {
         out.push_str("\nno runs\n");
         return Ok(out);
     }
     let mut lines = Vec::new();
-    for run in &runs {
+    for (run, s) in &runs {
         let state = match store.get::<RunState>(run) {
             Ok(state) => state,
             Err(e) => {
-                eprintln!("warning: {e}");
+                warnings.add(&e);
                 None
             }
         };
-        let rollouts = SampleKey::run_prefix(run);
-        let checkpoints = CheckpointKey::run_prefix(run);
-        let last_rollout = store
-            .keys::<Trajectory>(&rollouts)
-            .next_back()
-            .transpose()?;
-        let last_checkpoint = store
-            .keys::<Checkpoint>(&checkpoints)
-            .next_back()
-            .transpose()?;
         let dash = || "-".to_owned();
         lines.push(vec![
             run.to_string(),
@@ -163,14 +251,11 @@ fn summary(store: &Store) -> Result<String> {
             state
                 .as_ref()
                 .map_or_else(dash, |s| s.config_hash.chars().take(12).collect()),
-            store.keys::<Trajectory>(&rollouts).count().to_string(),
-            last_rollout.map_or_else(dash, |k| k.step.to_string()),
-            store
-                .keys::<RehearsalMemory>(&SampleKey::run_prefix(run))
-                .count()
-                .to_string(),
-            store.keys::<Checkpoint>(&checkpoints).count().to_string(),
-            last_checkpoint.map_or_else(dash, |k| k.step.to_string()),
+            s.rollouts.to_string(),
+            s.last_rollout_step.map_or_else(dash, |n| n.to_string()),
+            s.memories.to_string(),
+            s.checkpoints.to_string(),
+            s.last_checkpoint_step.map_or_else(dash, |n| n.to_string()),
         ]);
     }
     out.push('\n');
@@ -458,15 +543,16 @@ pub fn export(args: ExportArgs) -> Result<()> {
     }
     if failed > 0 {
         bail!(
-            "{failed} record(s) could not be read (warnings above); the other {written} were \
-             exported"
+            "{failed} read error(s) (warnings above: a damaged record, or a part of the database \
+             that could not be read); the {written} readable records were exported"
         );
     }
     Ok(())
 }
 
-/// Writes every readable record under `prefix` as one line; returns (written, unreadable).
-/// Unreadable records are reported on stderr and skipped.
+/// Writes every readable record under `prefix` as one line; returns (written, read errors).
+/// Read errors (a damaged record; a part of the tree sled cannot read, which the scan skips) are
+/// reported on stderr.
 fn jsonl<R: Record>(
     store: &Store,
     prefix: &Prefix<R::Key>,

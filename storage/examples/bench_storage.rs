@@ -108,7 +108,11 @@ fn main() {
         let store = Store::open(&probe, StoreOptions::default()).expect("open");
         store.put(&records[0]).expect("write");
         drop(store);
-        let db = sled::open(&probe).expect("open");
+        let db = sled::Config::new()
+            .path(&probe)
+            .segment_size(envace_storage::SEGMENT_SIZE)
+            .open()
+            .expect("open");
         let tree = db.open_tree("rollouts").expect("tree");
         let len = tree
             .get(envace_storage::RecordKey::to_bytes(&key(&records[0])))

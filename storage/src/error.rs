@@ -16,6 +16,15 @@ pub enum Error {
         /// What is missing.
         reason: String,
     },
+    /// A directory holds files that are not a sled database this build can open safely; nothing
+    /// was changed there (sled itself would re-create or truncate it).
+    #[error("{path} does not hold a valid envace database: {reason}; nothing was changed there")]
+    Invalid {
+        /// The directory given.
+        path: PathBuf,
+        /// What is wrong, naming the file.
+        reason: String,
+    },
     /// Another process holds the database (sled allows one process at a time).
     #[error(
         "database at {path} is locked by another process (sled admits one process at a time: \
@@ -38,6 +47,18 @@ pub enum Error {
     Sled {
         /// The tree.
         tree: TreeName,
+        /// sled's error.
+        cause: sled::Error,
+    },
+    /// Part of a tree could not be read (a damaged blob file, an I/O error): the records between
+    /// the two keys named are skipped; a scan goes on past them when it can.
+    #[error("cannot read tree `{tree}` {gap}: {cause}")]
+    Unreadable {
+        /// The tree.
+        tree: TreeName,
+        /// Where, in keys' text form: e.g. `after key a/1/t/3 and before key a/2/t/0` (both
+        /// readable), or `… to the end of the scanned range` when the scan stopped there.
+        gap: String,
         /// sled's error.
         cause: sled::Error,
     },
@@ -64,6 +85,15 @@ pub enum Error {
         path: PathBuf,
         /// sled's error.
         cause: sled::Error,
+    },
+    /// fsync of a file sled leaves unsynced (a blob file, a directory) failed: the writes since
+    /// the last flush may not be durable.
+    #[error("fsync of {path} failed: {cause}; writes since the last flush may not be durable")]
+    Sync {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        cause: std::io::Error,
     },
     /// A record could not be encoded (e.g. a non-UTF-8 checkpoint path).
     #[error("cannot encode record for tree `{tree}` at key {key}: {cause}")]

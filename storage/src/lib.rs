@@ -6,10 +6,17 @@
 //!   run → step → task → sample ([`keys`]); values are bincode 2 behind a versioned, checksummed
 //!   header ([`codec`]).
 //! * Durability: under the default [`FlushPolicy::EveryWrite`] a write that returns `Ok` is on
-//!   disk and survives a crash or `SIGKILL`; a batch ([`Store::put_many`], [`Store::commit`]) is
-//!   all-or-nothing.
+//!   disk and survives a crash, `SIGKILL` or power loss, whatever its size: the store also
+//!   fsyncs the blob files sled 0.34 leaves unsynced ([`disk`]). The crash test exercises
+//!   `SIGKILL`; power loss is argued from what is fsynced. A batch ([`Store::put_many`],
+//!   [`Store::commit`]) is all-or-nothing.
 //! * Damage stays local: a corrupt record or one from a newer schema is an error naming its tree
-//!   and key, and scans go on past it.
+//!   and key, a part of a tree sled cannot read is one error naming the keys around it, and
+//!   scans go on past both ([`scan`]).
+//! * Read-only commands use [`Store::open_existing`], which refuses, before sled touches it, a
+//!   directory that is not a sound database. sled has no read-only mode: the database must not be
+//!   open elsewhere (sled's exclusive lock: [`Error::Locked`]), and opening runs sled's recovery,
+//!   which may rewrite sled's own bookkeeping (a `snap.*` file) but no record.
 //!
 //! ```
 //! use envace_storage::{
@@ -37,13 +44,16 @@
 //! # Ok(()) }
 //! ```
 pub mod codec;
+pub mod disk;
 pub mod error;
 pub mod keys;
 pub mod records;
+pub mod scan;
 pub mod schema;
 pub mod store;
 
 pub use codec::{HEADER_LEN, MAGIC, SCHEMA_VERSION};
+pub use disk::SEGMENT_SIZE;
 pub use error::{Damage, Error, KeyError, Result};
 pub use keys::{CheckpointKey, Prefix, RecordKey, SampleKey, SeedKey};
 pub use records::{
@@ -51,5 +61,6 @@ pub use records::{
     Role, Row, RunId, RunState, SeedTrajectory, Task, TaskId, Termination, Timings, ToolExchange,
     Trajectory, TurnVerdict,
 };
+pub use scan::{Keys, Scan};
 pub use schema::{Record, TreeName};
-pub use store::{FlushPolicy, Keys, Scan, Store, StoreOptions, WriteSet};
+pub use store::{FlushPolicy, Store, StoreOptions, WriteSet};

@@ -1,32 +1,46 @@
 //! [`Store`]: the sled database, its trees, and the write and scan paths.
 use std::collections::{BTreeMap, BTreeSet};
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sled::transaction::{TransactionError, Transactional};
-use sled::IVec;
 
 use crate::codec::{self, Failure, SCHEMA_VERSION};
+use crate::disk::{self, BlobSync, Survey, SEGMENT_SIZE};
 use crate::error::{Error, Result};
-use crate::keys::{leading_run, Prefix, RecordKey};
-use crate::records::RunId;
+use crate::keys::{leading_run, CheckpointKey, Prefix, RecordKey, SampleKey, SeedKey};
+use crate::records::{RunId, TaskId};
+use crate::scan::{key_text, Entries, Keys, Scan};
 use crate::schema::{Record, TreeName};
 
 /// When acknowledged writes reach the disk.
 ///
 /// The default is [`FlushPolicy::EveryWrite`]: a training daemon writes a few batches per
 /// optimizer step (a step of 16 tasks × 4 samples takes minutes on the model side), so one fsync
-/// per batch costs nothing measurable there, and it makes `Ok` mean "on disk": a crash, power
-/// loss or `SIGKILL` after `Ok` loses nothing.
+/// per batch costs nothing measurable there, and it makes `Ok` mean "on disk": a crash, `SIGKILL`
+/// or power loss after `Ok` loses nothing of that write or any earlier one, whatever their size
+/// (given a disk that honours fsync; power loss is argued from what is fsynced, while the crash
+/// test exercises `SIGKILL`).
+///
+/// sled 0.34 fsyncs only its log file (`db`). A log message longer than a quarter of a segment
+/// (about 2 MiB for databases this build creates, [`SEGMENT_SIZE`] / 4: a record that large, or a
+/// leaf node of up to ~17 records that sled rewrites whole) goes to its own file under `blobs/`,
+/// which sled never fsyncs. Every flush of the store ([`Store::flush`], and each write under
+/// `EveryWrite`) therefore fsyncs, after sled's log, the blob files written since the last one
+/// and then the `blobs/` folder; a blob file that a flushed log entry points to was complete
+/// before that entry was written, so none is missed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
     /// Every write call ([`Store::put`], [`Store::put_many`], [`Store::commit`]) fsyncs before it
     /// returns `Ok`.
     #[default]
     EveryWrite,
-    /// A background thread fsyncs every N milliseconds (N ≥ 1). `Ok` then means "applied and
-    /// visible to readers"; a crash loses at most the last N ms of acknowledged writes. For bulk
-    /// imports and benchmarks; call [`Store::flush`] to make everything so far durable.
+    /// sled's background thread fsyncs its log every N milliseconds (N ≥ 1). `Ok` then means
+    /// "applied and visible to readers"; if the process dies (crash, `SIGKILL`) at most the last
+    /// N ms of acknowledged writes are lost. That thread does not fsync blob files: after a
+    /// power loss a blob file written since the last [`Store::flush`] may be torn, and sled's
+    /// recovery then drops every write logged after it. So under this policy only what a
+    /// [`Store::flush`] has returned for survives power loss. For bulk imports and benchmarks.
     IntervalMs(u64),
 }
 
@@ -59,26 +73,121 @@ pub struct Store {
     trees: Vec<sled::Tree>,
     path: PathBuf,
     options: StoreOptions,
+    blobs: Arc<BlobSync>,
 }
 
 impl Store {
-    /// Opens the database in directory `path`, creating it if needed.
+    /// Opens the database in directory `path`, creating it if needed (new databases get
+    /// [`SEGMENT_SIZE`]). On an existing database sled runs its recovery, which rewrites its own
+    /// bookkeeping (a `snap.*` file; the unwritten rest of the last log segment) but no record
+    /// that was acknowledged.
+    ///
+    /// A blob file that sled's recovery would read and that fails its checksum is logged as a
+    /// warning (`tracing`), not refused, so that a trainer restarts after a power loss: the torn
+    /// file is then the last write, unacknowledged, and sled drops it with everything logged
+    /// after it, none of which was acknowledged under [`FlushPolicy::EveryWrite`] (under
+    /// [`FlushPolicy::IntervalMs`]: nothing before the last [`Store::flush`]). A blob file the
+    /// disk damaged loses acknowledged writes that way; [`Store::open_existing`] refuses it.
     ///
     /// # Errors
-    /// [`Error::Locked`] if another process holds it; [`Error::Open`] if sled cannot open or
-    /// recover it.
+    /// [`Error::Invalid`] if `path` holds files that are not a sled database (sled would write
+    /// over them); [`Error::Locked`] if another process holds it; [`Error::Open`] if sled cannot
+    /// open or recover it; [`Error::Sync`] / [`Error::Flush`] if making the new database's files
+    /// durable fails.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
+        let created = !path.exists();
+        let segment_size = match disk::survey(&path) {
+            Ok(Survey::New { segment_size, .. }) => segment_size.unwrap_or(SEGMENT_SIZE),
+            Ok(Survey::Database { segment_size }) => {
+                refuse_if_locked(&path)?;
+                if let Err(reason) = disk::check_replayed_blobs(&path, segment_size) {
+                    tracing::warn!(path = %path.display(), "{reason}");
+                }
+                segment_size
+            }
+            Err(reason) => return Err(Error::Invalid { path, reason }),
+        };
+        Store::start(path, options, segment_size, created, false)
+    }
+
+    /// Opens an existing database and never creates one (for read-only commands such as
+    /// `envace inspect`). Before sled sees the directory it checks, reading only, that it holds
+    /// a sled database: a valid `conf`, a `db` with a valid log segment, a `blobs` folder, intact
+    /// blob files where sled's recovery will read, and (once open) every envace tree. So it never
+    /// lets sled re-create a damaged directory as an empty database, nor drop writes behind a
+    /// damaged blob file. It cannot make sled read-only: sled's recovery may still rewrite its own
+    /// bookkeeping (see [`Store::open`]). Nothing here writes records.
+    ///
+    /// # Errors
+    /// [`Error::Missing`] if `path` is not a directory, holds no `db` file, or holds a sled
+    /// database without the envace trees; [`Error::Invalid`] if it holds something else than a
+    /// sound sled database; otherwise as [`Store::open`].
+    pub fn open_existing(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let path = path.as_ref();
+        let missing = |reason: &str| Error::Missing {
+            path: path.to_path_buf(),
+            reason: reason.to_owned(),
+        };
+        let invalid = |reason: String| Error::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if !path.is_dir() {
+            return Err(missing("no such directory"));
+        }
+        let segment_size = match disk::survey(path).map_err(invalid)? {
+            Survey::New { db_file: false, .. } => {
+                return Err(missing(
+                    "the directory holds no sled database (no `db` file)",
+                ))
+            }
+            Survey::New { db_file: true, .. } => {
+                return Err(invalid(
+                    "`db` is empty (0 bytes): nothing was ever written there".to_owned(),
+                ))
+            }
+            Survey::Database { segment_size } => segment_size,
+        };
+        refuse_if_locked(path)?;
+        disk::check_replayed_blobs(path, segment_size).map_err(invalid)?;
+        Store::start(path.to_path_buf(), options, segment_size, false, true)
+    }
+
+    /// Opens sled with `segment_size`, then the trees (when `existing`, only if they are all
+    /// there), then makes the database's own files durable.
+    fn start(
+        path: PathBuf,
+        options: StoreOptions,
+        segment_size: usize,
+        created: bool,
+        existing: bool,
+    ) -> Result<Store> {
         let flush_every_ms = match options.flush {
             FlushPolicy::EveryWrite => None,
             FlushPolicy::IntervalMs(ms) => Some(ms.max(1)),
         };
+        // sled 0.34 marks `segment_size` as a testing knob, but it is the only way to keep
+        // records up to 2 MiB out of blob files (see `SEGMENT_SIZE`); sled checks the value.
         let db = sled::Config::new()
             .path(&path)
             .cache_capacity(options.cache_capacity_bytes)
             .flush_every_ms(flush_every_ms)
+            .segment_size(segment_size)
             .open()
             .map_err(|cause| open_error(&path, cause))?;
+        if existing {
+            let names = db.tree_names();
+            if let Some(tree) = TreeName::ALL
+                .iter()
+                .find(|t| !names.iter().any(|n| n.as_ref() == t.as_str().as_bytes()))
+            {
+                return Err(Error::Missing {
+                    path,
+                    reason: format!("a sled database without the envace tree `{tree}`"),
+                });
+            }
+        }
         let trees = TreeName::ALL
             .iter()
             .map(|&tree| {
@@ -86,36 +195,18 @@ impl Store {
                     .map_err(|cause| Error::Sled { tree, cause })
             })
             .collect::<Result<Vec<_>>>()?;
-        tracing::debug!(path = %path.display(), ?options, "opened store");
-        Ok(Store {
+        let store = Store {
+            blobs: Arc::new(BlobSync::new(&path)),
             db,
             trees,
             path,
             options,
-        })
-    }
-
-    /// Opens an existing database; never creates one (for read-only commands).
-    ///
-    /// # Errors
-    /// [`Error::Missing`] if `path` is not a directory holding a sled database; otherwise as
-    /// [`Store::open`].
-    pub fn open_existing(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
-        let path = path.as_ref();
-        let missing = |reason: &str| Error::Missing {
-            path: path.to_path_buf(),
-            reason: reason.to_owned(),
         };
-        if !path.is_dir() {
-            return Err(missing("no such directory"));
-        }
-        // sled keeps its data in `DIR/db` (and its settings in `DIR/conf`).
-        if !path.join("db").is_file() {
-            return Err(missing(
-                "the directory holds no sled database (no `db` file)",
-            ));
-        }
-        Store::open(path, options)
+        // New trees, a new `conf`, a new directory: on disk before any write is acknowledged.
+        store.flush()?;
+        disk::sync_layout(&store.path, created).map_err(sync_error)?;
+        tracing::debug!(path = %store.path.display(), ?store.options, segment_size, "opened store");
+        Ok(store)
     }
 
     /// The database directory.
@@ -131,8 +222,8 @@ impl Store {
     /// Writes one record under its key, replacing any record there; returns the key.
     ///
     /// # Errors
-    /// [`Error::Encode`], [`Error::Sled`], or [`Error::Flush`] (under
-    /// [`FlushPolicy::EveryWrite`]; the write may then not be durable).
+    /// [`Error::Encode`], [`Error::Sled`], or [`Error::Flush`] / [`Error::Sync`] (under
+    /// [`FlushPolicy::EveryWrite`]; the write is applied but may then not be durable).
     pub fn put<R: Record>(&self, record: &R) -> Result<R::Key> {
         let mut writes = WriteSet::new();
         let key = writes.put(record)?;
@@ -160,7 +251,7 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::Sled`] / [`Error::Commit`] if sled fails (nothing is applied);
-    /// [`Error::Flush`] if the flush fails.
+    /// [`Error::Flush`] / [`Error::Sync`] if the flush fails.
     pub fn commit(&self, writes: WriteSet) -> Result<()> {
         let mut batches: Vec<(TreeName, sled::Batch)> = writes.batches.into_iter().collect();
         match batches.len() {
@@ -229,25 +320,42 @@ impl Store {
 
     /// Records whose keys start with `prefix`, in key order (run → step → task → sample for
     /// rollouts). Each item is its own `Result`: a damaged record yields an error naming its tree
-    /// and key, and the scan goes on to the next one. Reversible (`.rev()`, `.next_back()`).
+    /// and key, and the scan goes on to the next one; a part of the tree sled cannot read (a
+    /// damaged blob file) yields one [`Error::Unreadable`] naming the readable keys around it,
+    /// and the scan goes on past it (see [`crate::scan`]). Always ends. Reversible (`.rev()`,
+    /// `.next_back()`).
     pub fn scan<R: Record>(&self, prefix: &Prefix<R::Key>) -> Scan<R> {
-        Scan {
-            inner: self.tree(R::TREE).scan_prefix(prefix.as_bytes()),
-            _record: PhantomData,
-        }
+        Scan::new(self.entries(R::TREE, key_text::<R::Key>, prefix.as_bytes()))
     }
 
-    /// Keys under `prefix` in order, without decoding values (for counts and listings).
+    /// Keys under `prefix` in order, errors as in [`Store::scan`] (for counts and listings).
+    /// Values are not decoded, but sled 0.34 has no key-only iteration: it still loads every
+    /// value on the way, blob files included, so this costs about the I/O of a [`Store::scan`]
+    /// (O(bytes stored), not O(records)).
     pub fn keys<R: Record>(&self, prefix: &Prefix<R::Key>) -> Keys<R> {
-        Keys {
-            inner: self.tree(R::TREE).scan_prefix(prefix.as_bytes()),
-            _record: PhantomData,
-        }
+        Keys::new(self.entries(R::TREE, key_text::<R::Key>, prefix.as_bytes()))
     }
 
-    /// Number of records in `tree` (walks the tree: O(records)).
-    pub fn len(&self, tree: TreeName) -> usize {
-        self.tree(tree).len()
+    /// Number of records in `tree`: a walk over the whole tree that loads every value (see
+    /// [`Store::keys`]), so O(bytes stored); seconds for a database of a few hundred MB.
+    ///
+    /// # Errors
+    /// The first [`Error::Unreadable`] part of the tree; counting the `Ok` items of
+    /// [`Store::keys`] counts past damage instead.
+    pub fn len(&self, tree: TreeName) -> Result<usize> {
+        let key_text = match tree {
+            TreeName::Tasks => key_text::<TaskId>,
+            TreeName::Seeds => key_text::<SeedKey>,
+            TreeName::Rollouts | TreeName::Memories => key_text::<SampleKey>,
+            TreeName::Runs => key_text::<RunId>,
+            TreeName::Checkpoints => key_text::<CheckpointKey>,
+        };
+        let mut n = 0;
+        for item in self.entries(tree, key_text, &[]) {
+            item?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Whether every tree is empty.
@@ -259,7 +367,7 @@ impl Store {
     /// checkpoints), sorted. Skips from run to run, so it costs O(runs · log records).
     ///
     /// # Errors
-    /// [`Error::Sled`] or [`Error::CorruptKey`].
+    /// [`Error::Sled`] where sled cannot read (the first such place), or [`Error::CorruptKey`].
     pub fn runs(&self) -> Result<Vec<RunId>> {
         let mut runs = BTreeSet::new();
         for tree in TreeName::RUN_SCOPED {
@@ -278,15 +386,19 @@ impl Store {
         Ok(runs.into_iter().collect())
     }
 
-    /// Makes every write so far durable; returns the bytes flushed.
+    /// Makes every write so far durable: fsyncs sled's log, then the blob files sled wrote since
+    /// the last flush and the `blobs/` folder (see [`FlushPolicy`]); returns the bytes sled
+    /// flushed.
     ///
     /// # Errors
-    /// [`Error::Flush`].
+    /// [`Error::Flush`] or [`Error::Sync`].
     pub fn flush(&self) -> Result<usize> {
-        self.db.flush().map_err(|cause| Error::Flush {
+        let flushed = self.db.flush().map_err(|cause| Error::Flush {
             path: self.path.clone(),
             cause,
-        })
+        })?;
+        self.blobs.sync().map_err(sync_error)?;
+        Ok(flushed)
     }
 
     /// The database's size on disk, bytes (sled's own account: log and snapshot files).
@@ -302,6 +414,10 @@ impl Store {
 
     fn tree(&self, tree: TreeName) -> &sled::Tree {
         &self.trees[tree.index()]
+    }
+
+    fn entries(&self, tree: TreeName, key_text: fn(&[u8]) -> String, prefix: &[u8]) -> Entries {
+        Entries::prefix(self.tree(tree), tree, key_text, prefix)
     }
 }
 
@@ -357,65 +473,7 @@ impl WriteSet {
     }
 }
 
-/// Iterator over `(key, record)` of one tree; see [`Store::scan`].
-pub struct Scan<R: Record> {
-    inner: sled::Iter,
-    _record: PhantomData<fn() -> R>,
-}
-
-impl<R: Record> Iterator for Scan<R> {
-    type Item = Result<(R::Key, R)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.inner.next().map(decode_entry::<R>)
-    }
-}
-
-impl<R: Record> DoubleEndedIterator for Scan<R> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner.next_back().map(decode_entry::<R>)
-    }
-}
-
-/// Iterator over the keys of one tree; see [`Store::keys`].
-pub struct Keys<R: Record> {
-    inner: sled::Iter,
-    _record: PhantomData<fn() -> R>,
-}
-
-impl<R: Record> Iterator for Keys<R> {
-    type Item = Result<R::Key>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.inner
-            .next()
-            .map(|item| decode_key::<R>(&entry::<R>(item)?.0))
-    }
-}
-
-impl<R: Record> DoubleEndedIterator for Keys<R> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner
-            .next_back()
-            .map(|item| decode_key::<R>(&entry::<R>(item)?.0))
-    }
-}
-
-fn entry<R: Record>(item: sled::Result<(IVec, IVec)>) -> Result<(IVec, IVec)> {
-    item.map_err(|cause| Error::Sled {
-        tree: R::TREE,
-        cause,
-    })
-}
-
-fn decode_entry<R: Record>(item: sled::Result<(IVec, IVec)>) -> Result<(R::Key, R)> {
-    let (k, v) = entry::<R>(item)?;
-    let key = decode_key::<R>(&k)?;
-    let record = decode_value::<R>(&key, &v)?;
-    Ok((key, record))
-}
-
-fn decode_key<R: Record>(bytes: &[u8]) -> Result<R::Key> {
+pub(crate) fn decode_key<R: Record>(bytes: &[u8]) -> Result<R::Key> {
     R::Key::from_bytes(bytes).map_err(|reason| Error::CorruptKey {
         tree: R::TREE,
         hex: hex(bytes),
@@ -423,7 +481,7 @@ fn decode_key<R: Record>(bytes: &[u8]) -> Result<R::Key> {
     })
 }
 
-fn decode_value<R: Record>(key: &R::Key, bytes: &[u8]) -> Result<R> {
+pub(crate) fn decode_value<R: Record>(key: &R::Key, bytes: &[u8]) -> Result<R> {
     codec::decode(bytes).map_err(|failure| match failure {
         Failure::Damage(damage) => Error::Corrupt {
             tree: R::TREE,
@@ -445,6 +503,28 @@ fn decode_value<R: Record>(key: &R::Key, bytes: &[u8]) -> Result<R> {
     })
 }
 
+/// [`Error::Locked`] if another process holds the database; a failed probe is left to sled.
+/// A handle dropped a moment ago may still hold the lock while sled's background threads let go
+/// of the file, so a held lock is probed again for up to 100 ms.
+fn refuse_if_locked(path: &Path) -> Result<()> {
+    for attempt in 0..10 {
+        match disk::locked(path) {
+            Ok(true) if attempt < 9 => std::thread::sleep(std::time::Duration::from_millis(10)),
+            Ok(true) => {
+                return Err(Error::Locked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Ok(false) | Err(_) => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+fn sync_error((path, cause): (PathBuf, std::io::Error)) -> Error {
+    Error::Sync { path, cause }
+}
+
 fn open_error(path: &Path, cause: sled::Error) -> Error {
     // sled 0.34 reports a held lock only as an `Other` io error with this text
     // (config.rs: "could not acquire lock on {path}: {fs2 error}").
@@ -461,6 +541,6 @@ fn open_error(path: &Path, cause: sled::Error) -> Error {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

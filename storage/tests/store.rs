@@ -9,7 +9,7 @@ use envace_storage::{
     Checkpoint, CheckpointKey, Error, ExecutionMode, FlushPolicy, Message, MessageRole,
     PolicyVersion, Prefix, RecordKey, RehearsalMemory, RehearsalMode, Role, Row, RunId, RunState,
     SampleKey, SeedKey, SeedTrajectory, Store, StoreOptions, Task, TaskId, Termination, Timings,
-    ToolExchange, Trajectory, TreeName, WriteSet, HEADER_LEN, SCHEMA_VERSION,
+    ToolExchange, Trajectory, TreeName, WriteSet, HEADER_LEN, SCHEMA_VERSION, SEGMENT_SIZE,
 };
 
 fn open(dir: &TempDir) -> Store {
@@ -191,7 +191,10 @@ fn every_record_type_round_trips_through_a_reopen() {
         None
     );
 
-    let counts: Vec<usize> = TreeName::ALL.iter().map(|&t| store.len(t)).collect();
+    let counts: Vec<usize> = TreeName::ALL
+        .iter()
+        .map(|&t| store.len(t).unwrap())
+        .collect();
     assert_eq!(counts, [1, 1, 3, 1, 1, 1]);
     let runs: Vec<String> = store.runs().unwrap().into_iter().map(|r| r.0).collect();
     assert_eq!(runs, ["eval", "r"]);
@@ -273,7 +276,11 @@ fn scans_follow_run_step_task_sample_order() {
 /// Overwrites the raw value under `key` in `tree`, the way a disk fault or a foreign writer
 /// would, bypassing the store.
 fn tamper(dir: &TempDir, tree: TreeName, key: &SampleKey, edit: impl FnOnce(&mut Vec<u8>)) {
-    let db = sled::open(dir.path()).unwrap();
+    let db = sled::Config::new()
+        .path(dir.path())
+        .segment_size(SEGMENT_SIZE)
+        .open()
+        .unwrap();
     let t = db.open_tree(tree.as_str()).unwrap();
     let mut value = t.get(key.to_bytes()).unwrap().unwrap().to_vec();
     edit(&mut value);
@@ -426,7 +433,7 @@ fn a_write_set_commits_across_trees_and_removes() {
     writes.remove::<Trajectory>(&key("run", 5, "t", 9));
     assert_eq!(writes.len(), 6);
     store.commit(writes).unwrap();
-    assert_eq!(store.len(TreeName::Rollouts), 4);
+    assert_eq!(store.len(TreeName::Rollouts).unwrap(), 4);
     assert_eq!(
         store
             .get::<RunState>(&"run".into())
@@ -457,7 +464,7 @@ fn a_write_set_commits_across_trees_and_removes() {
             .reward,
         0.75
     );
-    assert_eq!(store.len(TreeName::Rollouts), 3);
+    assert_eq!(store.len(TreeName::Rollouts).unwrap(), 3);
 }
 
 #[test]
