@@ -31,6 +31,9 @@ pub enum BfclError {
     /// A class's initial configuration holds a value of the wrong shape.
     #[error("{class}: invalid initial configuration: {reason}")]
     Config { class: String, reason: String },
+    /// No function docs are known for this class (it is not one of BFCL's eight).
+    #[error("no BFCL function docs for class {0}")]
+    NoFuncDoc(String),
     /// A category name that is not one of the four multi-turn categories.
     #[error("unknown BFCL multi-turn category {0:?} (base, miss_param, miss_func, long_context)")]
     UnknownCategory(String),

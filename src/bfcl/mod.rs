@@ -4,7 +4,13 @@
 //! One module per concern: [`value`] (Python values and their exact text), [`parse`] (call
 //! strings and JSON calls, never evaluated), [`signature`] (argument binding with CPython's
 //! messages), [`pyrandom`] (CPython's Mersenne Twister), [`ops`] (Python operators with their
-//! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics).
+//! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics),
+//! [`tasks`] (the four categories with ground truth, and the train/test split), [`schema`]
+//! (OpenAI tool schemas per task and turn), [`env`](mod@env) (the [`Environment`] implementation),
+//! [`checker`] (BFCL's multi-turn verdicts), [`conform`] (comparison with the reference
+//! traces).
+//!
+//! [`Environment`]: envace_actors::environment::Environment
 //!
 //! ```
 //! use envace::bfcl::executor::Executor;
@@ -13,14 +19,19 @@
 //! assert_eq!(out.text, r#"{"success": true}"#);
 //! ```
 
+pub mod checker;
 pub mod classes;
+pub mod conform;
+pub mod env;
 pub mod error;
 pub mod exception;
 pub mod executor;
 pub mod ops;
 pub mod parse;
 pub mod pyrandom;
+pub mod schema;
 pub mod signature;
+pub mod tasks;
 pub mod value;
 
 pub use error::BfclError;

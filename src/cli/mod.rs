@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch; `anyhow` lives here and nowhere below.
 mod bench;
+mod bfcl;
 mod generate;
 mod inspect;
 
@@ -30,6 +31,10 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Write records of a storage database to stdout, one JSON object per line.
     Export(inspect::ExportArgs),
+    /// The BFCL multi-turn environment: ground-truth replay through the checker, conformance
+    /// with the reference traces.
+    #[command(subcommand)]
+    Bfcl(bfcl::BfclCommand),
 }
 
 /// Model, device and dtype, shared by the subcommands that load a model.
@@ -61,6 +66,7 @@ pub fn run() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Export(args) => inspect::export(args),
+        Command::Bfcl(cmd) => bfcl::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

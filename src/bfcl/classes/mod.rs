@@ -4,13 +4,18 @@
 //! order through [`ApiClass::snapshot`]; private state (`_random`, …) stays in the struct and
 //! out of the snapshot, as BFCL's state checker skips names starting with `_`.
 
+mod long_context;
 mod math_api;
 mod message_api;
+mod posting_api;
 mod ticket_api;
+mod vehicle_control;
 
 pub use math_api::MathApi;
 pub use message_api::MessageApi;
+pub use posting_api::TwitterApi;
 pub use ticket_api::TicketApi;
+pub use vehicle_control::VehicleControlApi;
 
 use serde_json::{Map, Value};
 
@@ -47,7 +52,13 @@ impl Clone for Box<dyn ApiClass> {
 }
 
 /// Class names this port implements, in the order of the BFCL docs.
-pub const IMPLEMENTED: &[&str] = &["MathAPI", "MessageAPI", "TicketAPI"];
+pub const IMPLEMENTED: &[&str] = &[
+    "MathAPI",
+    "MessageAPI",
+    "TwitterAPI",
+    "TicketAPI",
+    "VehicleControlAPI",
+];
 
 /// All eight BFCL multi-turn class names.
 pub const ALL_CLASSES: &[&str] = &[
@@ -83,11 +94,12 @@ pub fn instantiate(
             })
         }
     };
-    let _ = long_context;
     Ok(match class {
         "MathAPI" => Box::new(MathApi),
         "MessageAPI" => Box::new(MessageApi::load(&config)?),
+        "TwitterAPI" => Box::new(TwitterApi::load(&config)?),
         "TicketAPI" => Box::new(TicketApi::load(&config)),
+        "VehicleControlAPI" => Box::new(VehicleControlApi::load(&config, long_context)),
         other => return Err(BfclError::UnsupportedClass(other.to_string())),
     })
 }
