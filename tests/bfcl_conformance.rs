@@ -32,10 +32,13 @@ fn ported_classes_conform_to_base_traces() {
     eprintln!("{} mismatches", report.mismatches.len());
     for class in [
         "executor",
+        "GorillaFileSystem",
         "MathAPI",
         "MessageAPI",
         "TwitterAPI",
         "TicketAPI",
+        "TradingBot",
+        "TravelAPI",
         "VehicleControlAPI",
     ] {
         assert!(

@@ -4,17 +4,23 @@
 //! order through [`ApiClass::snapshot`]; private state (`_random`, …) stays in the struct and
 //! out of the snapshot, as BFCL's state checker skips names starting with `_`.
 
+mod gorilla_file_system;
 mod long_context;
 mod math_api;
 mod message_api;
 mod posting_api;
 mod ticket_api;
+mod trading_bot;
+mod travel_booking;
 mod vehicle_control;
 
+pub use gorilla_file_system::GorillaFileSystem;
 pub use math_api::MathApi;
 pub use message_api::MessageApi;
 pub use posting_api::TwitterApi;
 pub use ticket_api::TicketApi;
+pub use trading_bot::TradingBot;
+pub use travel_booking::TravelApi;
 pub use vehicle_control::VehicleControlApi;
 
 use serde_json::{Map, Value};
@@ -53,10 +59,13 @@ impl Clone for Box<dyn ApiClass> {
 
 /// Class names this port implements, in the order of the BFCL docs.
 pub const IMPLEMENTED: &[&str] = &[
+    "GorillaFileSystem",
     "MathAPI",
     "MessageAPI",
     "TwitterAPI",
     "TicketAPI",
+    "TradingBot",
+    "TravelAPI",
     "VehicleControlAPI",
 ];
 
@@ -95,10 +104,13 @@ pub fn instantiate(
         }
     };
     Ok(match class {
+        "GorillaFileSystem" => Box::new(GorillaFileSystem::load(&config, long_context)?),
         "MathAPI" => Box::new(MathApi),
         "MessageAPI" => Box::new(MessageApi::load(&config)?),
         "TwitterAPI" => Box::new(TwitterApi::load(&config)?),
         "TicketAPI" => Box::new(TicketApi::load(&config)),
+        "TradingBot" => Box::new(TradingBot::load(&config, long_context)),
+        "TravelAPI" => Box::new(TravelApi::load(&config, long_context)),
         "VehicleControlAPI" => Box::new(VehicleControlApi::load(&config, long_context)),
         other => return Err(BfclError::UnsupportedClass(other.to_string())),
     })
@@ -120,4 +132,53 @@ pub(crate) fn snapshot_of(attrs: &[(&str, &PyValue)]) -> Map<String, Value> {
 /// `{"error": message}`, the soft-error result of most methods.
 pub(crate) fn error_dict(message: impl Into<String>) -> PyValue {
     PyValue::dict([("error", PyValue::Str(message.into()))])
+}
+
+/// `datetime.strptime(s, "%Y-%m-%d")` as `(year, month, day)`, with CPython's messages.
+///
+/// # Errors
+/// `ValueError: time data '…' does not match format '%Y-%m-%d'` (or `day is out of range for
+/// month`); `TypeError` for a non-string.
+pub(crate) fn strptime_ymd(s: &PyValue) -> Result<(i64, i64, i64), PyErr> {
+    let text = match s {
+        PyValue::Str(t) => t.as_str(),
+        other => {
+            return Err(PyErr::type_error(format!(
+                "strptime() argument 1 must be str, not {}",
+                other.type_name()
+            )))
+        }
+    };
+    let bad = || {
+        PyErr::value_error(format!(
+            "time data {} does not match format '%Y-%m-%d'",
+            s.repr()
+        ))
+    };
+    let parts: Vec<&str> = text.split('-').collect();
+    let [y, m, d] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let num = |p: &str, min_len: usize, max_len: usize| -> Option<i64> {
+        (p.len() >= min_len && p.len() <= max_len && p.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| p.parse().ok())
+            .flatten()
+    };
+    let (Some(y), Some(m), Some(d)) = (num(y, 4, 4), num(m, 1, 2), num(d, 1, 2)) else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days = match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if d > days {
+        return Err(PyErr::value_error("day is out of range for month"));
+    }
+    Ok((y, m, d))
 }
