@@ -282,6 +282,30 @@ pub fn conform_task(
     Ok(())
 }
 
+/// Reads a trace file's text; a `.xz` file (the compressed fixtures) is decompressed.
+///
+/// # Errors
+/// [`BfclError::Io`] naming the file when it cannot be read or decompressed, or is not UTF-8.
+pub fn read_trace_file(path: &std::path::Path) -> Result<String, BfclError> {
+    use std::io::Read;
+    let io = |source| BfclError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut text = String::new();
+    if path.extension().is_some_and(|e| e == "xz") {
+        xz2::read::XzDecoder::new(file)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+    } else {
+        std::io::BufReader::new(file)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+    }
+    Ok(text)
+}
+
 /// Runs every line of a trace (or fixture) file's text. `initial_config` supplies the
 /// configuration of tasks whose line lacks one (the reference traces).
 ///

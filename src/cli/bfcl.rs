@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use envace::bfcl::checker::replay_ground_truth;
-use envace::bfcl::conform::{conform_lines, is_ported, owners};
+use envace::bfcl::conform::{conform_lines, is_ported, owners, read_trace_file};
 use envace::bfcl::env::BfclEnv;
 use envace::bfcl::schema::FuncDocs;
 use envace::bfcl::tasks::{data_dir, load_category, Category};
@@ -39,7 +39,7 @@ pub struct ReplayArgs {
 
 #[derive(Debug, Args)]
 pub struct ConformArgs {
-    /// A reference trace file (`traces/<category>.jsonl`) or a fixture in that format.
+    /// A reference trace file (`traces/<category>.jsonl`, or `.jsonl.xz`) or a fixture in that format.
     #[arg(long)]
     traces: PathBuf,
     /// BFCL data folder for the tasks' `initial_config` and the function docs (default: the
@@ -136,8 +136,7 @@ fn conform(args: ConformArgs) -> Result<()> {
     let data = args.data.unwrap_or_else(data_dir);
     let docs = FuncDocs::load(&data.join("multi_turn_func_doc")).context("loading func docs")?;
     let owners = owners(&docs);
-    let text = std::fs::read_to_string(&args.traces)
-        .with_context(|| format!("reading {}", args.traces.display()))?;
+    let text = read_trace_file(&args.traces)?;
     // The reference traces carry no initial_config: take it from the task files.
     let mut configs = BTreeMap::new();
     let needed: Vec<Category> = Category::ALL
