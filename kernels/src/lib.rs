@@ -3,7 +3,8 @@
 //! * weights: [`gguf`] (GGUF v3 with dequantisation) and [`hf`] (safetensors checkpoints);
 //! * text: [`tokenizer`] (the `tokenizers` crate) and [`chat`] (the model's Jinja template);
 //! * [`model`]: one decoder (Llama, Qwen2, Qwen3) for training and for KV-cached inference;
-//! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner.
+//! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner;
+//! * [`grpo`]: role-wise GRPO advantages and the clipped PPO loss.
 
 pub mod chat;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod dequant;
 pub mod engine;
 pub mod error;
 pub mod gguf;
+pub mod grpo;
 pub mod hf;
 pub mod kv_cache;
 pub mod loader;
@@ -24,6 +26,9 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{Architecture, ModelConfig};
 pub use engine::{Completion, Engine, EngineConfig, FinishReason, GenerationRequest};
 pub use error::{Error, Result};
+pub use grpo::{
+    ppo_loss, role_wise_advantages, row_reward, GrpoConfig, LossAggregation, PpoStats, RowMeta,
+};
 pub use loader::{load, LoadedModel, ModelSource};
 
 pub use model::Model;
