@@ -4,7 +4,8 @@
 //! * text: [`tokenizer`] (the `tokenizers` crate) and [`chat`] (the model's Jinja template);
 //! * [`model`]: one decoder (Llama, Qwen2, Qwen3) for training and for KV-cached inference;
 //! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner;
-//! * [`grpo`]: role-wise GRPO advantages and the clipped PPO loss.
+//! * [`grpo`]: role-wise GRPO advantages and the clipped PPO loss;
+//! * [`learner`]: AdamW steps of GRPO or supervised warm-up with gradient accumulation.
 
 pub mod chat;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod gguf;
 pub mod grpo;
 pub mod hf;
 pub mod kv_cache;
+pub mod learner;
 pub mod loader;
 pub mod model;
 pub mod sampling;
@@ -29,6 +31,7 @@ pub use error::{Error, Result};
 pub use grpo::{
     ppo_loss, role_wise_advantages, row_reward, GrpoConfig, LossAggregation, PpoStats, RowMeta,
 };
+pub use learner::{Learner, LearnerConfig, LrSchedule, StepStats, TrainRow};
 pub use loader::{load, LoadedModel, ModelSource};
 
 pub use model::Model;

@@ -1,0 +1,801 @@
+//! The learner: one optimizer step of role-wise GRPO (or of supervised warm-up) over a batch of
+//! training rows, with micro-batches and gradient accumulation.
+//!
+//! Sources: DESIGN.md §2 (AdamW lr 1e-6, weight decay 0.01, grad clip 1.0, constant schedule,
+//! one optimizer step per batch) and issue 5 item 5 (micro-batches with gradient accumulation,
+//! a supervised mode for the warm-up). Each micro-batch's loss is scaled by its share of the
+//! batch's aggregation weight ([`PpoStats::weight`]) before `backward`, so the accumulated
+//! gradient equals the gradient of the whole batch in one piece — the batch size is a memory
+//! knob, never a change of objective.
+//!
+//! Prompt positions are never trained: [`score`] only returns completion log-probs.
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tch::nn::{self, OptimizerConfig};
+use tch::{Kind, Tensor};
+
+use crate::error::{Error, Result};
+use crate::grpo::{ppo_loss, GrpoConfig, LossAggregation};
+use crate::model::Model;
+use crate::scoring::{micro_batches, score, ScoreRow};
+
+/// How the learning rate evolves over steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    /// The same learning rate at every step (the authors' setting).
+    #[default]
+    Constant,
+}
+
+/// Optimisation hyperparameters of the learner; defaults are DESIGN.md §2.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LearnerConfig {
+    /// AdamW learning rate.
+    pub lr: f64,
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f64,
+    /// AdamW `(β1, β2)`; written `betas = [0.9, 0.999]` in TOML.
+    pub betas: (f64, f64),
+    /// AdamW denominator epsilon.
+    pub eps: f64,
+    /// Global L2 norm the gradient is clipped to before the optimizer step.
+    pub max_grad_norm: f64,
+    /// Learning-rate schedule.
+    pub schedule: LrSchedule,
+    /// Budget of one micro-batch, padded tokens (`rows × longest prompt + completion`).
+    pub micro_batch_tokens: usize,
+    /// Temperature the learner scores with; must match the one rollouts were sampled at.
+    pub temperature: f64,
+    /// Loss hyperparameters.
+    pub grpo: GrpoConfig,
+}
+
+impl Default for LearnerConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-6,
+            weight_decay: 0.01,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            max_grad_norm: 1.0,
+            schedule: LrSchedule::Constant,
+            micro_batch_tokens: 4096,
+            temperature: 1.0,
+            grpo: GrpoConfig::default(),
+        }
+    }
+}
+
+impl LearnerConfig {
+    /// Checks the values a learner can be built with.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] naming the field at fault (and those of
+    /// [`GrpoConfig::validate`]); `grpo.kl_coef` is refused because [`TrainRow`] carries no
+    /// reference log-probs yet.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, v: String, want: &str| {
+            Err(Error::InvalidRequest(format!(
+                "learner.{field} = {v}: must be {want}"
+            )))
+        };
+        let positive = |v: f64| v > 0.0 && v.is_finite();
+        if !positive(self.lr) {
+            return bad("lr", self.lr.to_string(), "finite and > 0");
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return bad(
+                "weight_decay",
+                self.weight_decay.to_string(),
+                "finite and >= 0",
+            );
+        }
+        let (b1, b2) = self.betas;
+        if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2)) {
+            return bad("betas", format!("[{b1}, {b2}]"), "two values in [0, 1)");
+        }
+        if !positive(self.eps) {
+            return bad("eps", self.eps.to_string(), "finite and > 0");
+        }
+        if !positive(self.max_grad_norm) {
+            return bad(
+                "max_grad_norm",
+                self.max_grad_norm.to_string(),
+                "finite and > 0",
+            );
+        }
+        if self.micro_batch_tokens == 0 {
+            return bad("micro_batch_tokens", "0".into(), "> 0");
+        }
+        if !positive(self.temperature) {
+            return bad(
+                "temperature",
+                self.temperature.to_string(),
+                "finite and > 0",
+            );
+        }
+        self.grpo.validate()?;
+        if self.grpo.kl_coef.is_some() {
+            return Err(Error::InvalidRequest(
+                "grpo.kl_coef: the learner has no reference log-probs yet; set kl_coef = false"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One GRPO training row: a generation call's exact sampled ids, the log-probs it was sampled
+/// with, and its role-wise advantage ([`crate::role_wise_advantages`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainRow {
+    /// Conditioning tokens (never trained), at least one.
+    pub prompt_ids: Vec<u32>,
+    /// Sampled tokens (trained), at least one.
+    pub completion_ids: Vec<u32>,
+    /// Per completion token, `log π_old` at sampling time; same length as `completion_ids`.
+    pub old_logprobs: Vec<f32>,
+    /// The row's advantage, broadcast over its tokens.
+    pub advantage: f32,
+}
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepStats {
+    /// The batch loss (the weighted sum of micro-batch losses, i.e. the loss of the whole
+    /// batch), before the update.
+    pub loss: f64,
+    /// Global L2 norm of the gradient before clipping.
+    pub grad_norm: f64,
+    /// Fraction of trained tokens where the PPO clip was active (0 for supervised steps).
+    pub clip_frac: f64,
+    /// Token mean of `old − new` log-prob (0 for supervised steps).
+    pub approx_kl: f64,
+    /// Trained (completion) tokens.
+    pub tokens: usize,
+    /// Wall time of the step, seconds.
+    pub seconds: f64,
+}
+
+/// Sums of one gradient accumulation pass (before clipping and the step).
+#[derive(Debug, Clone, Copy, Default)]
+struct Accumulated {
+    loss: f64,
+    clip_frac: f64,
+    approx_kl: f64,
+    tokens: usize,
+}
+
+/// Trains a [`Model`] in place: the optimizer updates the model's own variables, so every other
+/// user of the same handle sees the new weights after [`Learner::step`].
+///
+/// Grad mode is thread-local in libtorch: call the learner from a dedicated thread.
+#[derive(Debug)]
+pub struct Learner<'m> {
+    model: &'m Model,
+    optimizer: nn::Optimizer,
+    config: LearnerConfig,
+    steps: u64,
+}
+
+impl<'m> Learner<'m> {
+    /// An AdamW learner over all trainable variables of `model`.
+    ///
+    /// # Errors
+    /// [`LearnerConfig::validate`]'s errors; [`Error::Torch`] if libtorch cannot build the
+    /// optimizer.
+    pub fn new(model: &'m Model, config: LearnerConfig) -> Result<Self> {
+        config.validate()?;
+        let optimizer = nn::AdamW::default()
+            .beta1(config.betas.0)
+            .beta2(config.betas.1)
+            .wd(config.weight_decay)
+            .eps(config.eps)
+            .build(model.var_store(), config.lr)?;
+        Ok(Self {
+            model,
+            optimizer,
+            config,
+            steps: 0,
+        })
+    }
+
+    /// The configuration the learner runs with.
+    pub fn config(&self) -> &LearnerConfig {
+        &self.config
+    }
+
+    /// Optimizer steps taken so far (GRPO and supervised together).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The learning rate of step `step` under the configured schedule.
+    pub fn lr_at(&self, _step: u64) -> f64 {
+        match self.config.schedule {
+            LrSchedule::Constant => self.config.lr,
+        }
+    }
+
+    /// One role-wise GRPO optimizer step on `rows` (DESIGN.md §1): per micro-batch, score the
+    /// completions with autograd, [`ppo_loss`] against `old_logprobs` and the advantages,
+    /// scale by the micro-batch's share of the aggregation weight and backpropagate; then clip
+    /// the global gradient norm, step AdamW and zero the gradients.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for no rows, an empty prompt or completion, `old_logprobs` of
+    /// the wrong length, a non-finite advantage or old log-prob, an id outside the vocabulary,
+    /// or a non-finite gradient (the step is then skipped and the gradients dropped);
+    /// [`Error::ContextOverflow`] for a row longer than the context; [`Error::Torch`].
+    pub fn step(&mut self, rows: &[TrainRow]) -> Result<StepStats> {
+        let start = Instant::now();
+        validate_rows(rows)?;
+        self.optimizer.zero_grad();
+        let acc = match self.accumulate_gradients(rows, self.config.micro_batch_tokens) {
+            Ok(acc) => acc,
+            Err(e) => {
+                self.optimizer.zero_grad();
+                return Err(e);
+            }
+        };
+        let grad_norm = self.clip_and_step()?;
+        Ok(StepStats {
+            loss: acc.loss,
+            grad_norm,
+            clip_frac: acc.clip_frac,
+            approx_kl: acc.approx_kl,
+            tokens: acc.tokens,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// One supervised optimizer step for the warm-up: the token-mean negative log-likelihood of
+    /// the completion tokens given their prompts (prompt tokens are not trained), at the
+    /// configured temperature, accumulated over micro-batches, then clip, AdamW step, zero.
+    ///
+    /// # Errors
+    /// As [`Learner::step`] (no rows, empty prompt or completion, bad ids, context overflow,
+    /// non-finite gradient).
+    pub fn sft_step(&mut self, rows: &[ScoreRow]) -> Result<StepStats> {
+        let start = Instant::now();
+        if rows.is_empty() {
+            return Err(Error::InvalidRequest("sft_step: no rows".into()));
+        }
+        for (i, r) in rows.iter().enumerate() {
+            if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
+                return Err(Error::InvalidRequest(format!(
+                    "sft row {i}: prompt ({} tokens) and completion ({} tokens) must be non-empty",
+                    r.prompt_ids.len(),
+                    r.completion_ids.len()
+                )));
+            }
+        }
+        self.optimizer.zero_grad();
+        let total: usize = rows.iter().map(|r| r.completion_ids.len()).sum();
+        let result = tch::with_grad(|| -> Result<f64> {
+            let mut loss_sum = 0.0;
+            for range in micro_batches(rows, self.config.micro_batch_tokens) {
+                let batch = score(self.model, &rows[range], self.config.temperature)?;
+                // Padding log-probs are already 0, so the sum is over real tokens only.
+                let loss = -batch.logprobs.sum(Kind::Float) / total as f64;
+                loss.f_backward()?;
+                loss_sum += loss.double_value(&[]);
+            }
+            Ok(loss_sum)
+        });
+        let loss = match result {
+            Ok(l) => l,
+            Err(e) => {
+                self.optimizer.zero_grad();
+                return Err(e);
+            }
+        };
+        let grad_norm = self.clip_and_step()?;
+        Ok(StepStats {
+            loss,
+            grad_norm,
+            clip_frac: 0.0,
+            approx_kl: 0.0,
+            tokens: total,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Runs forward and backward over `rows` in micro-batches of `max_tokens` padded tokens,
+    /// leaving the accumulated gradient of the whole batch's loss in the parameters' `.grad`.
+    /// `rows` must have passed [`validate_rows`].
+    fn accumulate_gradients(
+        &mut self,
+        rows: &[TrainRow],
+        max_tokens: usize,
+    ) -> Result<Accumulated> {
+        let agg = self.config.grpo.loss_agg;
+        // Every row has at least one completion token, so the batch weight is known up front.
+        let tokens: usize = rows.iter().map(|r| r.completion_ids.len()).sum();
+        let total_weight = match agg {
+            LossAggregation::TokenMean => tokens as f64,
+            LossAggregation::SeqMeanTokenMean => rows.len() as f64,
+        };
+        let score_rows: Vec<ScoreRow> = rows
+            .iter()
+            .map(|r| ScoreRow {
+                prompt_ids: r.prompt_ids.clone(),
+                completion_ids: r.completion_ids.clone(),
+            })
+            .collect();
+        let device = self.model.device();
+        tch::with_grad(|| {
+            let mut acc = Accumulated {
+                tokens,
+                ..Accumulated::default()
+            };
+            for range in micro_batches(&score_rows, max_tokens) {
+                let part = &rows[range.clone()];
+                let batch = score(self.model, &score_rows[range], self.config.temperature)?;
+                let width = batch.logprobs.size()[1] as usize;
+                let mut old = vec![0f32; part.len() * width];
+                for (i, r) in part.iter().enumerate() {
+                    old[i * width..i * width + r.old_logprobs.len()]
+                        .copy_from_slice(&r.old_logprobs);
+                }
+                let old = Tensor::from_slice(&old)
+                    .view([part.len() as i64, width as i64])
+                    .to_device(device);
+                let adv: Vec<f32> = part.iter().map(|r| r.advantage).collect();
+                let adv = Tensor::from_slice(&adv).to_device(device);
+                let (loss, stats) = ppo_loss(
+                    &batch.logprobs,
+                    &old,
+                    &adv,
+                    &batch.mask,
+                    None,
+                    &self.config.grpo,
+                )?;
+                let share = stats.weight(agg) / total_weight;
+                (loss * share).f_backward()?;
+                acc.loss += stats.pg_loss * share;
+                acc.clip_frac += stats.clip_frac * stats.tokens / tokens as f64;
+                acc.approx_kl += stats.approx_kl * stats.tokens / tokens as f64;
+            }
+            Ok(acc)
+        })
+    }
+
+    /// Clips the accumulated gradient to `max_grad_norm`, steps the optimizer and zeroes the
+    /// gradients; returns the norm before clipping. A non-finite norm skips the step.
+    fn clip_and_step(&mut self) -> Result<f64> {
+        let norm = clip_gradients(self.model, self.config.max_grad_norm);
+        let norm = match norm {
+            Ok(n) if n.is_finite() => n,
+            Ok(n) => {
+                self.optimizer.zero_grad();
+                return Err(Error::InvalidRequest(format!(
+                    "gradient norm is {n}; step {} skipped",
+                    self.steps
+                )));
+            }
+            Err(e) => {
+                self.optimizer.zero_grad();
+                return Err(e);
+            }
+        };
+        self.optimizer.set_lr(self.lr_at(self.steps));
+        self.optimizer.step();
+        self.optimizer.zero_grad();
+        self.steps += 1;
+        Ok(norm)
+    }
+}
+
+/// The global L2 norm of the gradients of `model`'s trainable variables (those that have one),
+/// computed in f32 over all of them as one vector.
+fn grad_norm(model: &Model) -> Result<f64> {
+    tch::no_grad(|| {
+        let mut sq = 0.0;
+        for v in model.var_store().trainable_variables() {
+            let g = v.grad();
+            if g.defined() {
+                sq += g
+                    .f_to_kind(Kind::Float)?
+                    .f_square()?
+                    .f_sum(Kind::Double)?
+                    .double_value(&[]);
+            }
+        }
+        Ok(sq.sqrt())
+    })
+}
+
+/// Scales the gradients so their global norm is at most `max` (as `torch.nn.utils.
+/// clip_grad_norm_`: coefficient `max / (norm + 1e-6)` when below 1); returns the norm before
+/// clipping. Gradients with a non-finite norm are left as they are.
+fn clip_gradients(model: &Model, max: f64) -> Result<f64> {
+    let norm = grad_norm(model)?;
+    let coef = max / (norm + 1e-6);
+    if norm.is_finite() && coef < 1.0 {
+        tch::no_grad(|| -> Result<()> {
+            for v in model.var_store().trainable_variables() {
+                let mut g = v.grad();
+                if g.defined() {
+                    let _scaled = g.f_mul_scalar_(coef)?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(norm)
+}
+
+/// Checks what [`score`] does not: no rows, empty prompt or completion, `old_logprobs` length,
+/// finiteness of advantages and old log-probs.
+fn validate_rows(rows: &[TrainRow]) -> Result<()> {
+    if rows.is_empty() {
+        return Err(Error::InvalidRequest("learner step: no rows".into()));
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "train row {i}: prompt ({} tokens) and completion ({} tokens) must be non-empty",
+                r.prompt_ids.len(),
+                r.completion_ids.len()
+            )));
+        }
+        if r.old_logprobs.len() != r.completion_ids.len() {
+            return Err(Error::InvalidRequest(format!(
+                "train row {i}: {} old log-probs for {} completion tokens",
+                r.old_logprobs.len(),
+                r.completion_ids.len()
+            )));
+        }
+        if !r.advantage.is_finite() {
+            return Err(Error::InvalidRequest(format!(
+                "train row {i}: advantage is {}",
+                r.advantage
+            )));
+        }
+        if let Some(j) = r.old_logprobs.iter().position(|l| !l.is_finite()) {
+            return Err(Error::InvalidRequest(format!(
+                "train row {i}: old log-prob of token {j} is {}",
+                r.old_logprobs[j]
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scoring::score_no_grad;
+    use crate::ModelConfig;
+    use tch::Device;
+
+    fn tiny(seed: u64) -> Model {
+        Model::random(&ModelConfig::tiny(), seed, Device::Cpu, Kind::Float).unwrap()
+    }
+
+    fn ids(n: usize, k: u32) -> Vec<u32> {
+        (0..n as u32)
+            .map(|t| 10 + (t * 31 + k * 7) % 3000)
+            .collect()
+    }
+
+    /// Rows of different prompt and completion lengths, old log-probs near the model's own
+    /// (so both clipped and unclipped tokens occur) and advantages of both signs.
+    fn rows(model: &Model) -> Vec<TrainRow> {
+        let shapes = [(3, 5), (7, 2), (2, 9), (5, 4), (4, 1)];
+        let score_rows: Vec<ScoreRow> = shapes
+            .iter()
+            .enumerate()
+            .map(|(k, &(p, c))| ScoreRow {
+                prompt_ids: ids(p, k as u32),
+                completion_ids: ids(c, 100 + k as u32),
+            })
+            .collect();
+        let current = score_no_grad(model, &score_rows, 1.0, 4096).unwrap();
+        score_rows
+            .into_iter()
+            .zip(current)
+            .enumerate()
+            .map(|(k, (r, lp))| TrainRow {
+                prompt_ids: r.prompt_ids,
+                completion_ids: r.completion_ids,
+                old_logprobs: lp
+                    .iter()
+                    .enumerate()
+                    .map(|(j, l)| l + 0.3 * (((j + k) % 3) as f32 - 1.0))
+                    .collect(),
+                advantage: [1.0, -0.5, 0.25, -1.0, 0.75][k],
+            })
+            .collect()
+    }
+
+    fn grads(model: &Model) -> Vec<Tensor> {
+        model
+            .var_store()
+            .trainable_variables()
+            .iter()
+            .map(|v| v.grad().copy())
+            .collect()
+    }
+
+    fn params(model: &Model) -> Vec<Tensor> {
+        tch::no_grad(|| {
+            model
+                .var_store()
+                .trainable_variables()
+                .iter()
+                .map(Tensor::copy)
+                .collect()
+        })
+    }
+
+    fn max_abs_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs().max().double_value(&[]))
+            .fold(0.0, f64::max)
+    }
+
+    fn completion_logprob_sum(model: &Model, row: &TrainRow) -> f64 {
+        let r = ScoreRow {
+            prompt_ids: row.prompt_ids.clone(),
+            completion_ids: row.completion_ids.clone(),
+        };
+        score_no_grad(model, &[r], 1.0, 4096).unwrap()[0]
+            .iter()
+            .map(|&l| f64::from(l))
+            .sum()
+    }
+
+    /// Accumulating over one-row micro-batches gives the gradient of the whole batch, for
+    /// both aggregations.
+    #[test]
+    fn micro_batch_accumulation_equals_one_batch() {
+        for agg in [
+            LossAggregation::TokenMean,
+            LossAggregation::SeqMeanTokenMean,
+        ] {
+            let model = tiny(3);
+            let batch = rows(&model);
+            let config = LearnerConfig {
+                grpo: GrpoConfig {
+                    loss_agg: agg,
+                    ..GrpoConfig::default()
+                },
+                ..LearnerConfig::default()
+            };
+            let mut learner = Learner::new(&model, config).unwrap();
+            assert_eq!(micro_batches_of(&batch, 1).len(), batch.len());
+
+            learner.optimizer.zero_grad();
+            let whole = learner.accumulate_gradients(&batch, 1 << 20).unwrap();
+            let g_whole = grads(&model);
+            learner.optimizer.zero_grad();
+            let split = learner.accumulate_gradients(&batch, 1).unwrap();
+            let g_split = grads(&model);
+            learner.optimizer.zero_grad();
+
+            let scale = g_whole
+                .iter()
+                .map(|g| g.abs().max().double_value(&[]))
+                .fold(0.0, f64::max);
+            assert!(
+                scale > 1e-4,
+                "{agg:?}: gradient too small to compare: {scale}"
+            );
+            let diff = max_abs_diff(&g_whole, &g_split);
+            assert!(
+                diff < 1e-5,
+                "{agg:?}: max grad difference {diff} (scale {scale})"
+            );
+            assert!(
+                (whole.loss - split.loss).abs() < 1e-5,
+                "{agg:?}: {whole:?} vs {split:?}"
+            );
+            assert!(whole.clip_frac > 0.0 && whole.clip_frac < 1.0, "{whole:?}");
+            assert!(
+                (whole.clip_frac - split.clip_frac).abs() < 1e-6,
+                "{whole:?} vs {split:?}"
+            );
+            assert!((whole.approx_kl - split.approx_kl).abs() < 1e-6);
+            assert_eq!(whole.tokens, 21);
+        }
+    }
+
+    fn micro_batches_of(rows: &[TrainRow], max_tokens: usize) -> Vec<std::ops::Range<usize>> {
+        let s: Vec<ScoreRow> = rows
+            .iter()
+            .map(|r| ScoreRow {
+                prompt_ids: r.prompt_ids.clone(),
+                completion_ids: r.completion_ids.clone(),
+            })
+            .collect();
+        micro_batches(&s, max_tokens)
+    }
+
+    #[test]
+    fn sft_steps_reduce_the_loss() {
+        let model = tiny(5);
+        let config = LearnerConfig {
+            lr: 1e-3,
+            micro_batch_tokens: 16,
+            ..LearnerConfig::default()
+        };
+        let mut learner = Learner::new(&model, config).unwrap();
+        let batch: Vec<ScoreRow> = (0..4)
+            .map(|k| ScoreRow {
+                prompt_ids: ids(3 + k, k as u32),
+                completion_ids: ids(4, 50 + k as u32),
+            })
+            .collect();
+        let losses: Vec<f64> = (0..6)
+            .map(|_| learner.sft_step(&batch).unwrap().loss)
+            .collect();
+        // Random init: the loss starts near ln(vocab) ≈ 10.8.
+        assert!((losses[0] - 49152f64.ln()).abs() < 0.5, "{losses:?}");
+        assert!(losses[5] < losses[0] - 0.5, "{losses:?}");
+        assert_eq!(learner.steps(), 6);
+    }
+
+    #[test]
+    fn advantage_sign_sets_the_direction_of_the_update() {
+        for sign in [1.0f32, -1.0] {
+            let model = tiny(9);
+            let config = LearnerConfig {
+                lr: 1e-3,
+                ..LearnerConfig::default()
+            };
+            let mut learner = Learner::new(&model, config).unwrap();
+            let mut row = rows(&model).swap_remove(0);
+            // Ratio 1: old log-probs are the current ones.
+            row.old_logprobs = score_no_grad(
+                &model,
+                &[ScoreRow {
+                    prompt_ids: row.prompt_ids.clone(),
+                    completion_ids: row.completion_ids.clone(),
+                }],
+                1.0,
+                4096,
+            )
+            .unwrap()
+            .remove(0);
+            row.advantage = sign;
+            let before = completion_logprob_sum(&model, &row);
+            let stats = learner.step(std::slice::from_ref(&row)).unwrap();
+            let after = completion_logprob_sum(&model, &row);
+            assert!(stats.approx_kl.abs() < 1e-5, "{stats:?}");
+            assert_eq!(stats.clip_frac, 0.0);
+            assert!((stats.loss + f64::from(sign)).abs() < 1e-5, "{stats:?}");
+            if sign > 0.0 {
+                assert!(after > before + 1e-3, "A=+1: {before} → {after}");
+            } else {
+                assert!(after < before - 1e-3, "A=-1: {before} → {after}");
+            }
+        }
+    }
+
+    #[test]
+    fn gradients_are_clipped_to_the_configured_norm() {
+        let model = tiny(11);
+        let config = LearnerConfig {
+            max_grad_norm: 1e-3,
+            ..LearnerConfig::default()
+        };
+        let mut learner = Learner::new(&model, config).unwrap();
+        let batch = rows(&model);
+
+        learner.optimizer.zero_grad();
+        learner.accumulate_gradients(&batch, 4096).unwrap();
+        let raw = grads(&model);
+        let pre = clip_gradients(&model, 1e-3).unwrap();
+        let post = grad_norm(&model).unwrap();
+        assert!(pre > 1e-2, "pre-clip norm {pre}");
+        assert!((post - 1e-3).abs() < 1e-6, "post-clip norm {post}");
+        // Clipping rescales, it does not change the direction.
+        let clipped = grads(&model);
+        let coef = 1e-3 / (pre + 1e-6);
+        let rescaled: Vec<Tensor> = raw.iter().map(|g| g * coef).collect();
+        assert!(max_abs_diff(&clipped, &rescaled) < 1e-9);
+        learner.optimizer.zero_grad();
+
+        // A full step reports the pre-clip norm; AdamW's first update is at most lr per
+        // element (m̂/√v̂ = ±1) plus decoupled weight decay, whatever the gradient scale, up to
+        // f32 rounding of parameters near 1 (one ulp there is 1.2e-7).
+        let before = params(&model);
+        let stats = learner.step(&batch).unwrap();
+        assert!(stats.grad_norm > 1e-3, "{stats:?}");
+        let change = max_abs_diff(&before, &params(&model));
+        let lr = learner.config().lr;
+        let bound = lr * (1.0 + learner.config().weight_decay) + 2.5e-7;
+        assert!(
+            change > 0.5 * lr && change <= bound,
+            "change {change}, bound {bound}"
+        );
+        // Gradients are zeroed after the step.
+        assert_eq!(grad_norm(&model).unwrap(), 0.0);
+    }
+
+    #[test]
+    fn invalid_rows_are_rejected() {
+        let model = tiny(1);
+        let mut learner = Learner::new(&model, LearnerConfig::default()).unwrap();
+        let good = TrainRow {
+            prompt_ids: vec![1, 2],
+            completion_ids: vec![3, 4, 5],
+            old_logprobs: vec![-1.0; 3],
+            advantage: 0.5,
+        };
+        let mut err = |rows: &[TrainRow]| learner_err(&mut learner, rows);
+        assert!(err(&[]).contains("no rows"));
+        let mut short = good.clone();
+        short.old_logprobs.pop();
+        let msg = err(&[good.clone(), short]);
+        assert!(
+            msg.contains("train row 1") && msg.contains("2 old log-probs for 3"),
+            "{msg}"
+        );
+        let mut empty = good.clone();
+        empty.completion_ids.clear();
+        empty.old_logprobs.clear();
+        assert!(err(&[empty]).contains("non-empty"));
+        let mut nan = good.clone();
+        nan.advantage = f32::NAN;
+        assert!(err(&[nan]).contains("advantage"));
+        let mut vocab = good.clone();
+        vocab.completion_ids[0] = 49_152;
+        assert!(err(&[vocab]).contains("outside the vocabulary"));
+        assert!(learner
+            .sft_step(&[ScoreRow {
+                prompt_ids: vec![],
+                completion_ids: vec![1]
+            }])
+            .unwrap_err()
+            .to_string()
+            .contains("non-empty"));
+        // Nothing was stepped, and no gradient was left behind.
+        assert_eq!(learner.steps(), 0);
+        assert_eq!(grad_norm(&model).unwrap(), 0.0);
+        learner.step(&[good]).unwrap();
+        assert_eq!(learner.steps(), 1);
+    }
+
+    fn learner_err(learner: &mut Learner<'_>, rows: &[TrainRow]) -> String {
+        learner.step(rows).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn config_defaults_and_validation() {
+        let c = LearnerConfig::default();
+        assert_eq!(c.lr, 1e-6);
+        assert_eq!(c.betas, (0.9, 0.999));
+        c.validate().unwrap();
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<LearnerConfig>(&json).unwrap(), c);
+        let partial: LearnerConfig =
+            serde_json::from_str(r#"{"lr": 1e-5, "schedule": "constant"}"#).unwrap();
+        assert_eq!(partial.lr, 1e-5);
+        assert_eq!(partial.max_grad_norm, 1.0);
+        assert!(serde_json::from_str::<LearnerConfig>(r#"{"learning_rate": 1.0}"#).is_err());
+        let bad = LearnerConfig {
+            max_grad_norm: 0.0,
+            ..LearnerConfig::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_grad_norm"));
+        let kl = LearnerConfig {
+            grpo: GrpoConfig {
+                kl_coef: Some(0.001),
+                ..GrpoConfig::default()
+            },
+            ..LearnerConfig::default()
+        };
+        assert!(kl.validate().unwrap_err().to_string().contains("kl_coef"));
+    }
+}
