@@ -8,5 +8,7 @@ pub use envace_kernels as kernels;
 pub use envace_storage as storage;
 
 pub mod environment;
+pub mod judge;
 
 pub use environment::{EnvTask, Environment, EnvironmentError, Observation, ToolCall};
+pub use judge::{ChecklistItem, Judge, JudgeTask, TurnCalls, TurnScore, Verdict};

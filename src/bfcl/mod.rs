@@ -7,8 +7,9 @@
 //! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics),
 //! [`tasks`] (the four categories with ground truth, and the train/test split), [`schema`]
 //! (OpenAI tool schemas per task and turn), [`env`](mod@env) (the [`Environment`] implementation),
-//! [`checker`] (BFCL's multi-turn verdicts), [`conform`] (comparison with the reference
-//! traces).
+//! [`checker`] (BFCL's multi-turn verdicts), [`judge`] (the rule-based checklist judge that
+//! scores calls against the ground truth without executing them), [`conform`] (comparison
+//! with the reference traces).
 //!
 //! [`Environment`]: envace_actors::environment::Environment
 //!
@@ -26,6 +27,7 @@ pub mod env;
 pub mod error;
 pub mod exception;
 pub mod executor;
+pub mod judge;
 pub mod ops;
 pub mod parse;
 pub mod pyrandom;
