@@ -71,8 +71,25 @@ pub fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by ": ", skipping a cause whose text the message already
+/// ends with (library errors often print their source inline as well).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.ends_with(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
 }
