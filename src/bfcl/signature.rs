@@ -51,6 +51,11 @@ impl Bound {
         self.get(i).unwrap_or(&NONE)
     }
 
+    /// One entry per declared parameter, in declaration order (`None` when defaulted).
+    pub fn into_values(self) -> Vec<Option<PyValue>> {
+        self.values
+    }
+
     /// The value for parameter `i`, or `default` when not given.
     pub fn or(&self, i: usize, default: PyValue) -> PyValue {
         self.get(i).cloned().unwrap_or(default)

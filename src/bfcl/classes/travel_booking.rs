@@ -734,9 +734,7 @@ impl ApiClass for TravelApi {
         args: Vec<PyValue>,
         kwargs: Vec<(String, PyValue)>,
     ) -> Result<PyValue, PyErr> {
-        let p = params(method);
-        let bound = bind(CLASS, method, p, args, kwargs)?;
-        let values: Vec<Option<PyValue>> = (0..p.len()).map(|i| bound.get(i).cloned()).collect();
+        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
         self.dispatch(method, &values)
     }
 
