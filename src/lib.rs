@@ -27,4 +27,9 @@ pub use envace_kernels as kernels;
 pub use envace_storage as storage;
 
 pub mod bfcl;
+pub mod config;
+pub mod pipeline;
+pub mod plot;
+pub mod report;
 pub mod runtime;
+pub mod telemetry;

@@ -300,6 +300,58 @@ impl Model {
         &self.vs
     }
 
+    /// Writes every parameter to a safetensors file at `path` (names as in the VarStore).
+    ///
+    /// # Errors
+    /// [`Error::Torch`] when the file cannot be written.
+    pub fn save_weights(&self, path: &std::path::Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Io {
+                path: dir.to_path_buf(),
+                source: e,
+            })?;
+        }
+        self.vs.save(path)?;
+        Ok(())
+    }
+
+    /// Replaces every parameter, in place, with the tensors of a file written by
+    /// [`Model::save_weights`]; other users of the same handle see the new weights at once.
+    ///
+    /// # Errors
+    /// [`Error::Torch`] when the file cannot be read; [`Error::Checkpoint`] when a parameter
+    /// is missing from it or has another shape.
+    pub fn load_weights(&self, path: &std::path::Path) -> Result<()> {
+        let tensors: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(path)?.into_iter().collect();
+        let vars = self.vs.variables();
+        for (name, var) in &vars {
+            let src = tensors.get(name).ok_or_else(|| Error::Checkpoint {
+                path: path.to_path_buf(),
+                message: format!("parameter {name} is missing"),
+            })?;
+            if src.size() != var.size() {
+                return Err(Error::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "parameter {name} has shape {:?}, the model has {:?}",
+                        src.size(),
+                        var.size()
+                    ),
+                });
+            }
+        }
+        tch::no_grad(|| {
+            for (name, var) in &vars {
+                if let Some(src) = tensors.get(name) {
+                    let mut v = var.shallow_clone();
+                    v.copy_(&src.to_device(var.device()).to_kind(var.kind()));
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Device of the parameters.
     pub fn device(&self) -> Device {
         self.vs.device()

@@ -24,6 +24,7 @@ pub mod checker;
 pub mod classes;
 pub mod conform;
 pub mod env;
+pub mod episode;
 pub mod error;
 pub mod exception;
 pub mod executor;

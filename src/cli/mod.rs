@@ -3,6 +3,7 @@ mod bench;
 mod bfcl;
 mod generate;
 mod inspect;
+mod pipeline;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,20 @@ enum Command {
     /// with the reference traces.
     #[command(subcommand)]
     Bfcl(bfcl::BfclCommand),
+    /// Seed collection: replay the train split's ground truth in the real environment and
+    /// store the seed trajectories in the run's sled DB.
+    Collect(pipeline::RunArgs),
+    /// Supervised warm-up on the seeds (Act rows from actions, Rehearse rows from
+    /// observations).
+    Sft(pipeline::RunArgs),
+    /// Self-rehearsal role-wise GRPO: zero real environment calls (counted); resumes a stopped
+    /// run.
+    Train(pipeline::RunArgs),
+    /// Evaluate a model variant against the real environment with the BFCL checker.
+    Eval(pipeline::EvalArgs),
+    /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
+    /// the table and writes report.json and training.png into the run folder.
+    Demo(pipeline::RunArgs),
 }
 
 /// Model, device and dtype, shared by the subcommands that load a model.
@@ -67,6 +82,11 @@ pub fn run() -> ExitCode {
         Command::Inspect(args) => inspect::inspect(args),
         Command::Export(args) => inspect::export(args),
         Command::Bfcl(cmd) => bfcl::run(cmd),
+        Command::Collect(args) => pipeline::run(pipeline::Stage::Collect, args),
+        Command::Sft(args) => pipeline::run(pipeline::Stage::Sft, args),
+        Command::Train(args) => pipeline::run(pipeline::Stage::Train, args),
+        Command::Eval(args) => pipeline::eval(args),
+        Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

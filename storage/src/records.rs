@@ -156,6 +156,9 @@ pub enum Termination {
     LengthExceeded,
     /// The real environment failed (seed collection, evaluation).
     EnvironmentError,
+    /// An actor failed under the episode more often than it was retried; the reason is the
+    /// trajectory's last (system) message.
+    ActorFailed,
 }
 
 /// Whether observations came from the policy's rehearsal or from the real environment.

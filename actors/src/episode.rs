@@ -1,0 +1,470 @@
+//! The episode driver: runs one task through the turn protocol (DESIGN.md §2) and returns the
+//! finished, judged trajectory.
+//!
+//! Per user turn: the user messages join the history; Act generates a turn; a final answer (no
+//! `<tool_call>` block) ends the user turn, otherwise every call of the turn is executed —
+//! rehearsed by the policy (self-rehearsal) or run in the real environment — each against the
+//! same history, and all results are appended after the last one. When a user turn ends the
+//! judge scores the transcript so far; the next user turn follows only if no required item
+//! failed. An Act parse error, a Rehearse format error, the generation-call cap or the context
+//! cap end the episode with 0 for the turn in progress (and every later turn).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::acting::{ActRequest, ActTurn, ActingMsg};
+use crate::env_actor::EnvMsg;
+use crate::environment::ToolCall;
+use crate::judge::{TurnCalls, Verdict};
+use crate::judge_actor::JudgeMsg;
+use crate::kernels::SamplingParams;
+use crate::protocol::ToolRendering;
+use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
+use crate::slot::{ActorCallError, Pool, Slot};
+use crate::storage::{
+    ExecutionMode, Message, MessageRole, RunId, Termination, Timings, ToolExchange, Trajectory,
+    TurnVerdict,
+};
+use crate::task::EpisodeTask;
+
+/// Protocol settings of an episode; defaults are the authors' (DESIGN.md §2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EpisodeConfig {
+    /// How tool schemas are shown in prompts (set from the protocol section of a config).
+    #[serde(skip)]
+    pub tool_rendering: ToolRendering,
+    /// Most generation calls (Act turns plus Rehearse calls) per episode.
+    pub max_generation_calls: usize,
+    /// Play at most this many user turns of each task (`None`: all); the judge still divides
+    /// by the task's number of turns.
+    pub max_user_turns: Option<usize>,
+    /// New-token budget of one Act turn.
+    pub act_max_new_tokens: usize,
+    /// New-token budget of one Rehearse call.
+    pub rehearse_max_new_tokens: usize,
+    /// Sampling temperature (training rollouts: 1.0; evaluation: 0.6).
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: usize,
+    /// Times an episode is rerun when an actor fails under it, before it is recorded failed.
+    pub max_retries: u32,
+}
+
+impl Default for EpisodeConfig {
+    fn default() -> Self {
+        Self {
+            tool_rendering: ToolRendering::Full,
+            max_generation_calls: 200,
+            max_user_turns: None,
+            act_max_new_tokens: 512,
+            rehearse_max_new_tokens: 512,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_retries: 1,
+        }
+    }
+}
+
+impl EpisodeConfig {
+    fn params(&self, max_new_tokens: usize, seed: u64) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            seed,
+            max_new_tokens,
+            stop_token_ids: Vec::new(),
+            stop_strings: Vec::new(),
+        }
+    }
+}
+
+/// How tool calls are answered.
+#[derive(Clone)]
+pub enum Executor {
+    /// The policy's Rehearse role predicts every result (no real environment call).
+    Rehearsal(Arc<Pool<RehearsalMsg>>),
+    /// A real environment executes every call (counted by the Environment actor).
+    Real(Slot<EnvMsg>),
+}
+
+/// The actors an episode talks to.
+#[derive(Clone)]
+pub struct Agents {
+    pub acting: Arc<Pool<ActingMsg>>,
+    pub executor: Executor,
+    pub judge: Slot<JudgeMsg>,
+}
+
+/// One episode to run.
+#[derive(Debug, Clone)]
+pub struct EpisodeSpec {
+    pub task: Arc<EpisodeTask>,
+    /// Few-shot facts for Rehearse (see `protocol::SeedPool`).
+    pub facts: Arc<Vec<ToolExchange>>,
+    /// A rehearsal memory shown to Act (test-time scaling).
+    pub memory: Option<String>,
+    pub run: RunId,
+    pub step: u64,
+    pub sample: u32,
+    /// Seed of this episode's sampling; generation call n uses a seed derived from it and n.
+    pub seed: u64,
+}
+
+static NEXT_EPISODE: AtomicU64 = AtomicU64::new(1);
+
+/// Runs `spec` and retries it when an actor fails under it; after `max_retries` reruns the
+/// trajectory is recorded with [`Termination::ActorFailed`] and the reason as a system
+/// message, reward 0 — never dropped.
+pub async fn run_episode_supervised(
+    agents: &Agents,
+    cfg: &EpisodeConfig,
+    spec: &EpisodeSpec,
+) -> Trajectory {
+    let mut attempt = 0;
+    loop {
+        match run_episode(agents, cfg, spec).await {
+            Ok(t) => return t,
+            Err(e) if attempt < cfg.max_retries => {
+                attempt += 1;
+                tracing::warn!(task = %spec.task.id, attempt, error = %e, "episode failed; retrying");
+                metrics::counter!("episode_retries").increment(1);
+                // Give the supervisor a moment to restart the failed actor.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                tracing::error!(task = %spec.task.id, error = %e, "episode failed; recorded as failed");
+                metrics::counter!("episodes_failed").increment(1);
+                return failed_trajectory(spec, mode_of(&agents.executor), &e);
+            }
+        }
+    }
+}
+
+fn mode_of(executor: &Executor) -> ExecutionMode {
+    match executor {
+        Executor::Rehearsal(_) => ExecutionMode::Rehearsal,
+        Executor::Real(_) => ExecutionMode::Real,
+    }
+}
+
+fn failed_trajectory(spec: &EpisodeSpec, mode: ExecutionMode, e: &ActorCallError) -> Trajectory {
+    Trajectory {
+        run: spec.run.clone(),
+        step: spec.step,
+        task: spec.task.id.clone(),
+        sample: spec.sample,
+        mode,
+        rows: Vec::new(),
+        messages: vec![message(
+            MessageRole::System,
+            format!("episode failed: {e}"),
+            None,
+        )],
+        reward: 0.0,
+        verdicts: Vec::new(),
+        termination: Termination::ActorFailed,
+        timings: Timings::default(),
+    }
+}
+
+fn message(role: MessageRole, content: String, row: Option<u32>) -> Message {
+    Message {
+        role,
+        content,
+        tool_name: None,
+        row,
+    }
+}
+
+/// Runs one episode (see the module doc).
+///
+/// # Errors
+/// [`ActorCallError`] when an actor failed or stopped under the episode (retry it), or an
+/// actor replied with an internal error (a model-thread failure).
+pub async fn run_episode(
+    agents: &Agents,
+    cfg: &EpisodeConfig,
+    spec: &EpisodeSpec,
+) -> Result<Trajectory, ActorCallError> {
+    let start = Instant::now();
+    let task = &spec.task;
+    let episode = NEXT_EPISODE.fetch_add(1, Ordering::Relaxed);
+    let mut run = Run {
+        history: Vec::new(),
+        rows: Vec::new(),
+        timings: Timings::default(),
+        calls: 0,
+    };
+    if let Executor::Real(env) = &agents.executor {
+        let t = Instant::now();
+        let env_task = task.env.clone();
+        env.ask("environment", |r| EnvMsg::Open(episode, env_task, r))
+            .await?
+            .map_err(|e| ActorCallError(format!("environment reset for {}: {e}", task.id)))?;
+        run.timings.environment_s += t.elapsed().as_secs_f64();
+    }
+    let result = drive(agents, cfg, spec, episode, &mut run).await;
+    if let Executor::Real(env) = &agents.executor {
+        let _ = env.get().cast(EnvMsg::Close(episode));
+    }
+    let (transcript, termination) = result?;
+    let t = Instant::now();
+    let judge_task = Arc::new(task.judge.clone());
+    let mut verdict = agents
+        .judge
+        .ask("judge", |r| {
+            JudgeMsg::Judge(judge_task, transcript.clone(), r)
+        })
+        .await?;
+    run.timings.judge_s += t.elapsed().as_secs_f64();
+    if termination.is_error() {
+        zero_from(&mut verdict, transcript.len().saturating_sub(1));
+    }
+    run.timings.total_s = start.elapsed().as_secs_f64();
+    Ok(Trajectory {
+        run: spec.run.clone(),
+        step: spec.step,
+        task: task.id.clone(),
+        sample: spec.sample,
+        mode: mode_of(&agents.executor),
+        rows: run.rows,
+        messages: run.history,
+        reward: verdict.reward,
+        verdicts: verdict
+            .turn_scores
+            .iter()
+            .enumerate()
+            .map(|(t, s)| TurnVerdict {
+                user_turn: t as u32,
+                score: s.score,
+                passed: s.passed_required,
+                reason: s.reason.clone(),
+            })
+            .collect(),
+        termination,
+        timings: run.timings,
+    })
+}
+
+/// Scores turn `from` and later 0 (the turn an error ended, DESIGN.md §2) and recomputes R.
+fn zero_from(verdict: &mut Verdict, from: usize) {
+    for s in verdict.turn_scores.iter_mut().skip(from) {
+        s.score = 0.0;
+        s.passed_required = false;
+    }
+    *verdict = Verdict::from_turn_scores(std::mem::take(&mut verdict.turn_scores));
+}
+
+struct Run {
+    history: Vec<Message>,
+    rows: Vec<crate::storage::Row>,
+    timings: Timings,
+    /// Generation calls so far.
+    calls: usize,
+}
+
+impl Run {
+    fn push_row(&mut self, row: crate::storage::Row) -> u32 {
+        self.rows.push(row);
+        (self.rows.len() - 1) as u32
+    }
+}
+
+trait TerminationExt {
+    fn is_error(&self) -> bool;
+}
+
+impl TerminationExt for Termination {
+    fn is_error(&self) -> bool {
+        !matches!(
+            self,
+            Termination::Completed | Termination::RequiredCheckFailed
+        )
+    }
+}
+
+async fn drive(
+    agents: &Agents,
+    cfg: &EpisodeConfig,
+    spec: &EpisodeSpec,
+    episode: u64,
+    run: &mut Run,
+) -> Result<(Vec<TurnCalls>, Termination), ActorCallError> {
+    let task = &spec.task;
+    let seed_of = |n: usize| {
+        spec.seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(n as u64)
+    };
+    let turns = cfg
+        .max_user_turns
+        .map_or(task.user_turns.len(), |m| m.min(task.user_turns.len()));
+    let mut transcript: Vec<TurnCalls> = Vec::new();
+    for (t, user_messages) in task.user_turns.iter().enumerate().take(turns) {
+        if let Executor::Real(env) = &agents.executor {
+            let _ = env.get().cast(EnvMsg::BeginTurn(episode, t));
+        }
+        for m in user_messages {
+            run.history
+                .push(message(MessageRole::User, m.clone(), None));
+        }
+        transcript.push(TurnCalls::default());
+        loop {
+            if run.calls >= cfg.max_generation_calls {
+                return Ok((transcript, Termination::MaxGenerationCalls));
+            }
+            let clock = Instant::now();
+            let request = ActRequest {
+                task: task.clone(),
+                history: run.history.clone(),
+                memory: spec.memory.clone(),
+                rendering: cfg.tool_rendering,
+                params: cfg.params(cfg.act_max_new_tokens, seed_of(run.calls)),
+            };
+            let act = agents
+                .acting
+                .pick()
+                .ask("acting", |r| ActingMsg::Act(request, r))
+                .await?
+                .map_err(ActorCallError)?;
+            run.timings.act_s += clock.elapsed().as_secs_f64();
+            run.calls += 1;
+            let (row, text, parsed) = match act {
+                ActTurn::LengthExceeded { .. } => {
+                    return Ok((transcript, Termination::LengthExceeded));
+                }
+                ActTurn::Generated { row, text, parsed } => (row, text, parsed),
+            };
+            let before = run.history.clone();
+            let r = run.push_row(row);
+            run.history
+                .push(message(MessageRole::Assistant, text.clone(), Some(r)));
+            let output = match parsed {
+                Ok(o) => o,
+                Err(e) => {
+                    run.history
+                        .push(message(MessageRole::Tool, e.to_tool_message(), None));
+                    return Ok((transcript, Termination::ActParseError));
+                }
+            };
+            let current = transcript.last_mut().expect("a turn was pushed above");
+            if output.is_final_answer() {
+                current.final_answer = true;
+                break;
+            }
+            // Every call of the turn sees the same history; results are appended afterwards.
+            let mut results = Vec::with_capacity(output.calls.len());
+            for call in &output.calls {
+                match execute(
+                    agents, cfg, spec, episode, run, &before, &text, call, &seed_of,
+                )
+                .await?
+                {
+                    Ok(result) => results.push((call.name.clone(), result)),
+                    Err(termination) => {
+                        current.calls.extend(output.calls.iter().cloned());
+                        return Ok((transcript, termination));
+                    }
+                }
+            }
+            current.calls.extend(output.calls.iter().cloned());
+            for (name, result) in results {
+                let mut m = message(MessageRole::Tool, result.0, result.1);
+                m.tool_name = Some(name);
+                run.history.push(m);
+            }
+        }
+        let clock = Instant::now();
+        let judge_task = Arc::new(task.judge.clone());
+        let verdict = agents
+            .judge
+            .ask("judge", |r| {
+                JudgeMsg::Judge(judge_task, transcript.clone(), r)
+            })
+            .await?;
+        run.timings.judge_s += clock.elapsed().as_secs_f64();
+        let passed = verdict
+            .turn_scores
+            .get(t)
+            .is_some_and(|s| s.passed_required);
+        if !passed {
+            return Ok((transcript, Termination::RequiredCheckFailed));
+        }
+    }
+    Ok((transcript, Termination::Completed))
+}
+
+/// Executes one call: `Ok(Ok((result text, rehearse row index)))`, or `Ok(Err(termination))`
+/// when the simulator's output is malformed or the caps are hit.
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    agents: &Agents,
+    cfg: &EpisodeConfig,
+    spec: &EpisodeSpec,
+    episode: u64,
+    run: &mut Run,
+    history: &[Message],
+    act_text: &str,
+    call: &ToolCall,
+    seed_of: &impl Fn(usize) -> u64,
+) -> Result<Result<(String, Option<u32>), Termination>, ActorCallError> {
+    let clock = Instant::now();
+    match &agents.executor {
+        Executor::Real(env) => {
+            let call = call.clone();
+            let obs = env
+                .ask("environment", |r| EnvMsg::Execute(episode, call, r))
+                .await?
+                .map_err(ActorCallError)?;
+            run.timings.environment_s += clock.elapsed().as_secs_f64();
+            Ok(Ok((obs.text, None)))
+        }
+        Executor::Rehearsal(pool) => {
+            if run.calls >= cfg.max_generation_calls {
+                return Ok(Err(Termination::MaxGenerationCalls));
+            }
+            let request = RehearseRequest {
+                task: spec.task.clone(),
+                facts: spec.facts.clone(),
+                history: history.to_vec(),
+                act_text: act_text.to_string(),
+                call: call.clone(),
+                rendering: cfg.tool_rendering,
+                params: cfg.params(cfg.rehearse_max_new_tokens, seed_of(run.calls)),
+            };
+            let turn = pool
+                .pick()
+                .ask("rehearsal", |r| RehearsalMsg::Rehearse(request, r))
+                .await?
+                .map_err(ActorCallError)?;
+            run.timings.rehearse_s += clock.elapsed().as_secs_f64();
+            run.calls += 1;
+            match turn {
+                RehearseTurn::LengthExceeded { .. } => Ok(Err(Termination::LengthExceeded)),
+                RehearseTurn::Generated { row, text, parsed } => {
+                    let r = run.push_row(row);
+                    match parsed {
+                        Ok(value) => Ok(Ok((value.to_string(), Some(r)))),
+                        Err(e) => {
+                            let mut m = message(
+                                MessageRole::Tool,
+                                format!("simulator error {}: {}", e.code.as_str(), e.message),
+                                Some(r),
+                            );
+                            m.tool_name = Some(call.name.clone());
+                            run.history.push(m);
+                            tracing::debug!(raw = %text, "rehearse format error");
+                            Ok(Err(Termination::RehearseFormatError))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

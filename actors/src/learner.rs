@@ -1,0 +1,210 @@
+//! The Learner actor: turns a step's judged trajectories into role-wise GRPO rows and has the
+//! model thread take one optimizer step on the shared weights (no copy); also runs supervised
+//! warm-up steps.
+
+use std::collections::BTreeMap;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+
+use crate::kernels::{
+    role_wise_advantages, GrpoConfig, LearnerConfig, RowMeta, ScoreRow, StepStats, TrainRow,
+};
+use crate::storage::{PolicyVersion, Role, TaskId, Trajectory};
+use crate::worker::{Job, WorkerHandle};
+
+/// Mean and standard deviation (population) of a role's advantages, with its row count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoleStats {
+    pub rows: u64,
+    /// Mean trajectory reward over the role's rows.
+    pub reward_mean: f64,
+    pub adv_mean: f64,
+    pub adv_std: f64,
+}
+
+/// One step's training rows with their bookkeeping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpoBatch {
+    /// Rows to train, in trajectory order, then row order.
+    pub rows: Vec<TrainRow>,
+    /// Per trajectory, per row: the advantage it trains with (same shape as the trajectories'
+    /// `rows`; rows that cannot be trained, with no completion tokens, get `None`).
+    pub advantages: Vec<Vec<Option<f32>>>,
+    pub per_role: BTreeMap<String, RoleStats>,
+    /// Rows skipped because they had no completion tokens.
+    pub skipped_rows: u64,
+}
+
+/// Builds the GRPO rows of a step (DESIGN.md §1): every row of trajectory i carries R_i (or the
+/// empty-row reward when its completion is only end tokens in `stop_ids`); advantages are
+/// role-wise over the rows of the same task and role; the learner trains on the exact sampled
+/// ids against their sampling log-probs. Prompt positions are never trained.
+pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32]) -> GrpoBatch {
+    let mut metas: Vec<RowMeta<&TaskId, Role>> = Vec::new();
+    let mut index = Vec::new();
+    for (t, traj) in trajectories.iter().enumerate() {
+        for (r, row) in traj.rows.iter().enumerate() {
+            if row.completion_ids.is_empty() {
+                continue;
+            }
+            metas.push(RowMeta {
+                task: &traj.task,
+                role: row.role,
+                reward: traj.reward,
+                empty: row.completion_ids.iter().all(|id| stop_ids.contains(id)),
+            });
+            index.push((t, r));
+        }
+    }
+    let adv = role_wise_advantages(&metas, cfg);
+    let mut advantages: Vec<Vec<Option<f32>>> = trajectories
+        .iter()
+        .map(|t| vec![None; t.rows.len()])
+        .collect();
+    let mut rows = Vec::with_capacity(adv.len());
+    let mut sums: BTreeMap<String, (u64, f64, f64, f64)> = BTreeMap::new();
+    for ((meta, &(t, r)), &a) in metas.iter().zip(&index).zip(&adv) {
+        let row = &trajectories[t].rows[r];
+        advantages[t][r] = Some(a);
+        rows.push(TrainRow {
+            prompt_ids: row.prompt_ids.clone(),
+            completion_ids: row.completion_ids.clone(),
+            old_logprobs: row.logprobs.clone(),
+            advantage: a,
+        });
+        let s = sums.entry(meta.role.to_string()).or_default();
+        s.0 += 1;
+        s.1 += f64::from(meta.reward);
+        s.2 += f64::from(a);
+        s.3 += f64::from(a) * f64::from(a);
+    }
+    let per_role = sums
+        .into_iter()
+        .map(|(role, (n, r, a, aa))| {
+            let n_f = n as f64;
+            let mean = a / n_f;
+            (
+                role,
+                RoleStats {
+                    rows: n,
+                    reward_mean: r / n_f,
+                    adv_mean: mean,
+                    adv_std: (aa / n_f - mean * mean).max(0.0).sqrt(),
+                },
+            )
+        })
+        .collect();
+    let skipped_rows = trajectories
+        .iter()
+        .flat_map(|t| &t.rows)
+        .filter(|r| r.completion_ids.is_empty())
+        .count() as u64;
+    GrpoBatch {
+        rows,
+        advantages,
+        per_role,
+        skipped_rows,
+    }
+}
+
+/// What one GRPO step did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LearnerStep {
+    pub stats: StepStats,
+    pub per_role: BTreeMap<String, RoleStats>,
+    /// Per trajectory, per row: the advantage trained with.
+    pub advantages: Vec<Vec<Option<f32>>>,
+    pub skipped_rows: u64,
+    /// The policy version after the step.
+    pub policy_version: PolicyVersion,
+}
+
+/// Messages of the Learner actor.
+pub enum LearnerMsg {
+    /// (Re)build the optimizer (fresh AdamW state) with this configuration.
+    Configure(Box<LearnerConfig>, RpcReplyPort<Result<(), String>>),
+    /// One role-wise GRPO step on a step's trajectories (all K samples of each task).
+    GrpoStep(Vec<Trajectory>, RpcReplyPort<Result<LearnerStep, String>>),
+    /// One supervised warm-up step.
+    SftStep(Vec<ScoreRow>, RpcReplyPort<Result<StepStats, String>>),
+}
+
+/// Arguments: the model thread and the ids that end a turn (for empty-row detection).
+#[derive(Debug, Clone)]
+pub struct LearnerArgs {
+    pub worker: WorkerHandle,
+    pub stop_ids: Vec<u32>,
+}
+
+pub struct LearnerState {
+    args: LearnerArgs,
+    grpo: GrpoConfig,
+}
+
+/// The Learner actor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LearnerActor;
+
+impl Actor for LearnerActor {
+    type Msg = LearnerMsg;
+    type State = LearnerState;
+    type Arguments = LearnerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: LearnerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(LearnerState {
+            args,
+            grpo: GrpoConfig::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut LearnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let worker = state.args.worker.clone();
+        match msg {
+            LearnerMsg::Configure(cfg, reply) => {
+                state.grpo = cfg.grpo.clone();
+                tokio::spawn(async move {
+                    let _ = reply.send(worker.request(|tx| Job::SetLearner(cfg, tx)).await);
+                });
+            }
+            LearnerMsg::GrpoStep(trajectories, reply) => {
+                let batch = grpo_batch(&trajectories, &state.grpo, &state.args.stop_ids);
+                tokio::spawn(async move {
+                    if batch.rows.is_empty() {
+                        let _ = reply.send(Err("no trainable rows in the step".into()));
+                        return;
+                    }
+                    let GrpoBatch {
+                        rows,
+                        advantages,
+                        per_role,
+                        skipped_rows,
+                    } = batch;
+                    let out = worker.request(|tx| Job::Train(rows, tx)).await;
+                    let _ = reply.send(out.map(|stats| LearnerStep {
+                        stats,
+                        per_role,
+                        advantages,
+                        skipped_rows,
+                        policy_version: worker.policy_version(),
+                    }));
+                });
+            }
+            LearnerMsg::SftStep(rows, reply) => {
+                tokio::spawn(async move {
+                    let _ = reply.send(worker.request(|tx| Job::Sft(rows, tx)).await);
+                });
+            }
+        }
+        Ok(())
+    }
+}

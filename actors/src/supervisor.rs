@@ -1,0 +1,178 @@
+//! The supervisor: restarts failed actors and swaps the replacement into their [`Slot`].
+//!
+//! A failure is logged (tracing, and the `actor_restarts` counter of the metrics crate), the
+//! actor is started again with fresh arguments, and requests in flight at the failure get an
+//! error ([`crate::slot::ActorCallError`]) that the episode driver turns into a retry or a
+//! trajectory recorded as failed with its reason.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+use crate::slot::Slot;
+
+type Spawned = Pin<Box<dyn Future<Output = Result<ActorId, String>> + Send>>;
+
+/// How to (re)start one child.
+pub trait Respawn: Send + Sync {
+    /// The child's name, for logs.
+    fn name(&self) -> &str;
+    /// Starts a new instance linked to `supervisor`, updates the slot, returns its id.
+    fn respawn(&self, supervisor: ActorCell) -> Spawned;
+}
+
+/// A child built by `actor` with arguments from `args` (called per start).
+pub struct Child<A: Actor> {
+    pub name: String,
+    pub actor: A,
+    pub args: Arc<dyn Fn() -> A::Arguments + Send + Sync>,
+    pub slot: Slot<A::Msg>,
+}
+
+impl<A: Actor + Clone> Respawn for Child<A> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn respawn(&self, supervisor: ActorCell) -> Spawned {
+        let actor = self.actor.clone();
+        let args = (self.args)();
+        let slot = self.slot.clone();
+        Box::pin(async move {
+            let (r, _) = Actor::spawn_linked(None, actor, args, supervisor)
+                .await
+                .map_err(|e| e.to_string())?;
+            let id = r.get_id();
+            slot.set(r);
+            Ok(id)
+        })
+    }
+}
+
+/// Starts `actor` under `supervisor` and returns the slot serving it.
+///
+/// # Errors
+/// The spawn error as text (e.g. `pre_start` failed).
+pub async fn start_child<A: Actor + Clone>(
+    supervisor: &ActorRef<SupervisorMsg>,
+    name: &str,
+    actor: A,
+    args: Arc<dyn Fn() -> A::Arguments + Send + Sync>,
+) -> Result<Slot<A::Msg>, String> {
+    let (r, _) = Actor::spawn_linked(None, actor.clone(), args(), supervisor.get_cell())
+        .await
+        .map_err(|e| format!("starting {name}: {e}"))?;
+    let id = r.get_id();
+    let slot = Slot::new(r);
+    let child = Child {
+        name: name.to_string(),
+        actor,
+        args,
+        slot: slot.clone(),
+    };
+    supervisor
+        .cast(SupervisorMsg::Adopt(id, Box::new(child)))
+        .map_err(|e| format!("registering {name} with the supervisor: {e}"))?;
+    Ok(slot)
+}
+
+/// Messages of the supervisor.
+pub enum SupervisorMsg {
+    /// Take responsibility for a started child.
+    Adopt(ActorId, Box<dyn Respawn>),
+    /// How many restarts happened so far.
+    Restarts(ractor::RpcReplyPort<u64>),
+}
+
+/// Restart limits.
+#[derive(Debug, Clone, Copy)]
+pub struct SupervisorArgs {
+    /// Restarts allowed per child; past it the child stays down and calls to it fail.
+    pub max_restarts: u32,
+}
+
+pub struct SupervisorState {
+    children: HashMap<ActorId, (Box<dyn Respawn>, u32)>,
+    restarts: u64,
+    max_restarts: u32,
+}
+
+/// The supervisor actor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Supervisor;
+
+impl Actor for Supervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            children: HashMap::new(),
+            restarts: 0,
+            max_restarts: args.max_restarts,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Adopt(id, child) => {
+                state.children.insert(id, (child, 0));
+            }
+            SupervisorMsg::Restarts(reply) => {
+                let _ = reply.send(state.restarts);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, reason) = match event {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+            // A clean stop is a shutdown, not a failure: forget the child.
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                state.children.remove(&cell.get_id());
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        let Some((child, count)) = state.children.remove(&cell.get_id()) else {
+            return Ok(());
+        };
+        tracing::error!(actor = child.name(), %reason, restarts = count, "actor failed");
+        metrics::counter!("actor_restarts", "actor" => child.name().to_string()).increment(1);
+        if count >= state.max_restarts {
+            tracing::error!(
+                actor = child.name(),
+                "restart limit reached; not restarting"
+            );
+            return Ok(());
+        }
+        match child.respawn(myself.get_cell()).await {
+            Ok(id) => {
+                state.restarts += 1;
+                tracing::warn!(actor = child.name(), "actor restarted");
+                state.children.insert(id, (child, count + 1));
+            }
+            Err(e) => tracing::error!(actor = child.name(), error = %e, "restart failed"),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! The model worker: the one thread that owns the shared model handle.
+//!
+//! libtorch's grad mode is thread-local and a `tch::Tensor` is not `Sync`, so all tensor work
+//! (generation, scoring, learner steps, weight loads and saves) runs on one dedicated OS thread
+//! that owns the [`Model`]. Actors reach it through a [`WorkerHandle`]: a job queue whose
+//! replies come back on oneshot channels, so no actor mailbox ever waits on tensor work.
+//!
+//! Generation requests from all actors share one continuous-batching [`Engine`]: requests that
+//! arrive while others are decoding join the running batch between two decode steps. Learner
+//! and weight jobs wait until no generation is in flight, so every completion is sampled by
+//! exactly one policy version, which it reports.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::kernels::{
+    score_no_grad, Engine, EngineConfig, FinishReason, GenerationRequest, Learner, LearnerConfig,
+    LoadedModel, Model, ScoreRow, StepStats, Tokenizer, TrainRow,
+};
+use crate::storage::PolicyVersion;
+
+/// Padded tokens per scoring micro-batch.
+const SCORE_BATCH_TOKENS: usize = 4096;
+
+/// A finished generation: the exact sampled ids, their sampling log-probs and the policy version
+/// that sampled them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generated {
+    /// Sampled ids, including the stop token when one ended generation.
+    pub completion_ids: Vec<u32>,
+    /// `log π_old` of each sampled id (natural log), same length.
+    pub logprobs: Vec<f32>,
+    pub finish_reason: FinishReason,
+    /// The weights' version when the request was admitted (0 = as loaded).
+    pub policy_version: PolicyVersion,
+}
+
+/// What a job failed with, as text (it crosses actor boundaries).
+pub type JobResult<T> = Result<T, String>;
+
+/// One unit of work for the model thread.
+pub enum Job {
+    /// Generate one completion.
+    Generate(GenerationRequest, oneshot::Sender<JobResult<Generated>>),
+    /// Log-probs of completions given prompts, without gradients: one `Vec<f32>` per row.
+    Score(Vec<ScoreRow>, oneshot::Sender<JobResult<Vec<Vec<f32>>>>),
+    /// (Re)build the optimizer with this configuration (a fresh AdamW state).
+    SetLearner(Box<LearnerConfig>, oneshot::Sender<JobResult<()>>),
+    /// One role-wise GRPO optimizer step; bumps the policy version.
+    Train(Vec<TrainRow>, oneshot::Sender<JobResult<StepStats>>),
+    /// One supervised (warm-up) optimizer step; bumps the policy version.
+    Sft(Vec<ScoreRow>, oneshot::Sender<JobResult<StepStats>>),
+    /// Write all weights to a safetensors file.
+    Save(PathBuf, oneshot::Sender<JobResult<()>>),
+    /// Replace all weights from a safetensors file written by `Save`, and set the version.
+    Load(PathBuf, PolicyVersion, oneshot::Sender<JobResult<()>>),
+}
+
+/// Facts about the served model that prompt builders need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// Context length, tokens: prompt plus new tokens must fit.
+    pub context_len: usize,
+    pub vocab_size: usize,
+}
+
+/// A cloneable handle to the model thread. Dropping every handle stops the thread.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    tx: crossbeam_channel::Sender<Job>,
+    version: Arc<AtomicU64>,
+    info: ModelInfo,
+}
+
+impl std::fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("info", &self.info)
+            .field("version", &self.policy_version())
+            .finish()
+    }
+}
+
+impl WorkerHandle {
+    /// Starts the model thread over `model` (it takes ownership). `tokenizer` serves stop
+    /// strings.
+    pub fn spawn(model: Model, tokenizer: Tokenizer, engine: EngineConfig) -> Self {
+        let info = ModelInfo {
+            context_len: model.config().max_position_embeddings,
+            vocab_size: model.config().vocab_size,
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let version = Arc::new(AtomicU64::new(0));
+        let v = version.clone();
+        // The thread ends when the last handle (sender) is dropped.
+        let spawned = std::thread::Builder::new()
+            .name("envace-model".into())
+            .spawn(move || serve(model, tokenizer, engine, rx, v));
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the model thread; every request will fail");
+        }
+        Self { tx, version, info }
+    }
+
+    /// [`WorkerHandle::spawn`] over a loaded checkpoint.
+    pub fn from_loaded(loaded: LoadedModel, engine: EngineConfig) -> Self {
+        Self::spawn(loaded.model, loaded.tokenizer, engine)
+    }
+
+    /// A handle around a job queue served by someone else (tests script a policy this way).
+    pub fn from_queue(
+        tx: crossbeam_channel::Sender<Job>,
+        info: ModelInfo,
+        version: Arc<AtomicU64>,
+    ) -> Self {
+        Self { tx, version, info }
+    }
+
+    pub fn info(&self) -> ModelInfo {
+        self.info
+    }
+
+    /// The number of optimizer steps (or weight loads) applied to the shared weights.
+    pub fn policy_version(&self) -> PolicyVersion {
+        PolicyVersion(self.version.load(Ordering::SeqCst))
+    }
+
+    /// Queues `make(reply)` and awaits its reply.
+    ///
+    /// # Errors
+    /// The job's own error, or a message when the model thread has stopped.
+    pub async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<JobResult<T>>) -> Job,
+    ) -> JobResult<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(make(tx))
+            .map_err(|_| "the model thread has stopped".to_string())?;
+        rx.await.map_err(|_| {
+            "the model thread dropped the request (it crashed or stopped)".to_string()
+        })?
+    }
+
+    /// Generates one completion.
+    ///
+    /// # Errors
+    /// As [`Engine::add_request`] (empty prompt, bad ids or sampling values, context overflow).
+    pub async fn generate(&self, request: GenerationRequest) -> JobResult<Generated> {
+        self.request(|tx| Job::Generate(request, tx)).await
+    }
+}
+
+/// The model thread's loop: continuous batching for generation, other jobs between batches.
+fn serve(
+    model: Model,
+    tokenizer: Tokenizer,
+    config: EngineConfig,
+    rx: crossbeam_channel::Receiver<Job>,
+    version: Arc<AtomicU64>,
+) {
+    let _span = tracing::info_span!("model_thread").entered();
+    let mut engine = Engine::new(&model, Some(&tokenizer), config.clone());
+    let mut learner: Option<Learner<'_>> = None;
+    let mut waiting: std::collections::HashMap<
+        u64,
+        (oneshot::Sender<JobResult<Generated>>, PolicyVersion),
+    > = Default::default();
+    let mut deferred: VecDeque<Job> = VecDeque::new();
+    loop {
+        if engine.has_unfinished() {
+            // Admit whatever arrived since the last step, then decode one step.
+            while let Ok(job) = rx.try_recv() {
+                admit(job, &mut engine, &mut waiting, &mut deferred, &version);
+            }
+            match engine.step() {
+                Ok(done) => {
+                    for (id, c) in done {
+                        if let Some((reply, v)) = waiting.remove(&id) {
+                            let _ = reply.send(Ok(Generated {
+                                completion_ids: c.completion_ids,
+                                logprobs: c.logprobs,
+                                finish_reason: c.finish_reason,
+                                policy_version: v,
+                            }));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // A failed step poisons every running request: fail them all, start over.
+                    tracing::error!(error = %e, "generation step failed");
+                    for (_, (reply, _)) in waiting.drain() {
+                        let _ = reply.send(Err(format!("generation step failed: {e}")));
+                    }
+                    engine = Engine::new(&model, Some(&tokenizer), config.clone());
+                }
+            }
+            continue;
+        }
+        let job = match deferred.pop_front() {
+            Some(job) => job,
+            None => match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        match job {
+            Job::Generate(..) => admit(job, &mut engine, &mut waiting, &mut deferred, &version),
+            Job::Score(rows, reply) => {
+                let out = score_no_grad(&model, &rows, 1.0, SCORE_BATCH_TOKENS)
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(out);
+            }
+            Job::SetLearner(cfg, reply) => {
+                learner = None;
+                let out = Learner::new(&model, *cfg).map(|l| learner = Some(l));
+                let _ = reply.send(out.map_err(|e| e.to_string()));
+            }
+            Job::Train(rows, reply) => {
+                let out = with_learner(&mut learner, |l| l.step(&rows));
+                if out.is_ok() {
+                    version.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = reply.send(out);
+            }
+            Job::Sft(rows, reply) => {
+                let out = with_learner(&mut learner, |l| l.sft_step(&rows));
+                if out.is_ok() {
+                    version.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = reply.send(out);
+            }
+            Job::Save(path, reply) => {
+                let _ = reply.send(model.save_weights(&path).map_err(|e| e.to_string()));
+            }
+            Job::Load(path, v, reply) => {
+                let out = model.load_weights(&path).map_err(|e| e.to_string());
+                if out.is_ok() {
+                    version.store(v.0, Ordering::SeqCst);
+                }
+                let _ = reply.send(out);
+            }
+        }
+    }
+}
+
+fn with_learner(
+    learner: &mut Option<Learner<'_>>,
+    f: impl FnOnce(&mut Learner<'_>) -> crate::kernels::Result<StepStats>,
+) -> JobResult<StepStats> {
+    match learner {
+        Some(l) => f(l).map_err(|e| e.to_string()),
+        None => Err("no learner configured: send SetLearner first".into()),
+    }
+}
+
+fn admit(
+    job: Job,
+    engine: &mut Engine<'_>,
+    waiting: &mut std::collections::HashMap<
+        u64,
+        (oneshot::Sender<JobResult<Generated>>, PolicyVersion),
+    >,
+    deferred: &mut VecDeque<Job>,
+    version: &AtomicU64,
+) {
+    match job {
+        Job::Generate(request, reply) => match engine.add_request(request) {
+            Ok(id) => {
+                waiting.insert(id, (reply, PolicyVersion(version.load(Ordering::SeqCst))));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e.to_string()));
+            }
+        },
+        other => deferred.push_back(other),
+    }
+}

@@ -1,0 +1,397 @@
+//! The run configuration: one TOML file describes the topology, model, protocol, judge,
+//! environment and the budgets of every stage. Every section has defaults (DESIGN.md §2 where
+//! the authors set one); an unknown key or a bad value is an error that names it.
+//!
+//! Two presets ship: `smollm2` (the embedded SmolLM2-135M, budgets sized for `make demo` on a
+//! 2-core CPU in about 10 minutes) and `tiny` (a tiny random model with the same tokenizer, for
+//! tests; under 2 minutes). `examples/demo.toml` and `examples/tiny.toml` are complete files.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::actors::episode::EpisodeConfig;
+use crate::actors::protocol::{ProtocolConfig, ToolRendering};
+use crate::actors::topology::TopologySpec;
+use crate::kernels::{EngineConfig, LearnerConfig};
+
+/// The whole run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    pub model: ModelSection,
+    pub topology: TopologySpec,
+    pub engine: EngineConfig,
+    pub protocol: ProtocolConfig,
+    /// Judge of self-rehearsal training.
+    pub judge: JudgeKind,
+    pub environment: EnvironmentKind,
+    /// How rollouts are played (training and seed-free stages).
+    pub rollout: EpisodeConfig,
+    pub collect: CollectConfig,
+    pub sft: SftConfig,
+    pub train: TrainConfig,
+    pub eval: EvalConfig,
+}
+
+/// Which model and in which dtype.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelSection {
+    /// `smollm2-135m` (embedded), `tiny`, a `.gguf` file or an HF checkpoint directory.
+    pub source: String,
+    /// `auto`, `f32` or `bf16`.
+    pub dtype: String,
+    /// `auto`, `cpu` or `cuda`.
+    pub device: String,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        Self {
+            source: crate::kernels::loader::EMBEDDED_MODEL.into(),
+            dtype: "auto".into(),
+            device: "auto".into(),
+        }
+    }
+}
+
+/// The judge of self-rehearsal training.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeKind {
+    /// One checklist item per ground-truth call, matched without executing (the default).
+    #[default]
+    RuleChecklist,
+    /// BFCL's own checker, which re-executes the calls in a sandbox.
+    BfclChecker,
+}
+
+/// The environment tasks come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvironmentKind {
+    /// BFCL `multi_turn_base`, fixed split base_0–149 train, base_150–199 test.
+    #[default]
+    BfclBase,
+}
+
+/// Seed collection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectConfig {
+    /// Collect seeds for at most this many train tasks (`None`: all 150).
+    pub tasks: Option<usize>,
+}
+
+/// Supervised warm-up: Act rows from seed actions, Rehearse rows from seed observations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SftConfig {
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Rows per step (sampled without replacement, seeded).
+    pub rows_per_step: usize,
+    /// Rows longer than this (prompt + completion tokens) are left out.
+    pub max_row_tokens: usize,
+    pub seed: u64,
+    pub learner: LearnerConfig,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        Self {
+            steps: 50,
+            rows_per_step: 16,
+            max_row_tokens: 2048,
+            seed: 0,
+            learner: LearnerConfig {
+                lr: 1e-5,
+                ..LearnerConfig::default()
+            },
+        }
+    }
+}
+
+/// Self-rehearsal role-wise GRPO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Optimizer steps (one per batch of `tasks_per_step` tasks).
+    pub steps: u64,
+    pub tasks_per_step: usize,
+    /// Trajectories per task (the GRPO group size K).
+    pub k: u32,
+    pub seed: u64,
+    pub learner: LearnerConfig,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            steps: 470,
+            tasks_per_step: 16,
+            k: 4,
+            seed: 0,
+            learner: LearnerConfig::default(),
+        }
+    }
+}
+
+/// Real-environment evaluation with the BFCL checker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// `test` or `train`.
+    pub split: String,
+    /// Evaluate the first N tasks of the split (`None`: all).
+    pub tasks: Option<usize>,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub act_max_new_tokens: usize,
+    pub seed: u64,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            split: "test".into(),
+            tasks: None,
+            temperature: 0.6,
+            top_p: 0.95,
+            act_max_new_tokens: 512,
+            seed: 0,
+        }
+    }
+}
+
+/// A named preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    Smollm2,
+    Tiny,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "smollm2" => Ok(Preset::Smollm2),
+            "tiny" => Ok(Preset::Tiny),
+            other => Err(format!("unknown preset {other:?} (smollm2, tiny)")),
+        }
+    }
+}
+
+impl RunConfig {
+    /// The preset's configuration: small budgets that fit the 2-core CPU.
+    pub fn preset(preset: Preset) -> Self {
+        let mut c = RunConfig::default();
+        c.protocol.tool_rendering = ToolRendering::Compact;
+        c.protocol.max_facts = 4;
+        c.protocol.max_fact_chars = 200;
+        c.topology = TopologySpec {
+            acting_workers: 4,
+            rehearsal_workers: 4,
+            max_restarts: 10,
+        };
+        c.rollout.max_user_turns = Some(1);
+        c.rollout.act_max_new_tokens = 96;
+        c.rollout.rehearse_max_new_tokens = 64;
+        c.eval.act_max_new_tokens = 96;
+        match preset {
+            Preset::Smollm2 => {
+                c.sft.steps = 8;
+                c.sft.rows_per_step = 4;
+                c.sft.max_row_tokens = 1536;
+                c.sft.learner.lr = 2e-5;
+                c.train.steps = 2;
+                c.train.tasks_per_step = 2;
+                c.train.k = 2;
+                c.train.learner.lr = 1e-6;
+                c.eval.tasks = Some(5);
+            }
+            Preset::Tiny => {
+                c.model.source = "tiny".into();
+                c.sft.steps = 2;
+                c.sft.rows_per_step = 2;
+                c.sft.max_row_tokens = 1024;
+                c.sft.learner.lr = 1e-4;
+                c.train.steps = 2;
+                c.train.tasks_per_step = 2;
+                c.train.k = 2;
+                c.train.learner.lr = 1e-5;
+                c.rollout.act_max_new_tokens = 24;
+                c.rollout.rehearse_max_new_tokens = 24;
+                c.eval.tasks = Some(2);
+                c.eval.act_max_new_tokens = 24;
+            }
+        }
+        c.finish()
+    }
+
+    /// Reads a TOML file; keys it leaves out keep their defaults.
+    ///
+    /// # Errors
+    /// The file cannot be read, or a key is unknown or a value invalid (the message names the
+    /// key, line and column).
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading config {}: {e}", path.display()))?;
+        Self::from_toml(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+
+    /// Parses TOML text and validates it.
+    ///
+    /// # Errors
+    /// As [`RunConfig::from_file`].
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let c: RunConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let c = c.finish();
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The configuration as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
+    }
+
+    fn finish(mut self) -> Self {
+        self.rollout.tool_rendering = self.protocol.tool_rendering;
+        self
+    }
+
+    /// Checks values serde cannot.
+    ///
+    /// # Errors
+    /// A message naming the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |v: usize, key: &str| {
+            if v == 0 {
+                Err(format!("{key} must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        positive(self.topology.acting_workers, "topology.acting_workers")?;
+        positive(
+            self.topology.rehearsal_workers,
+            "topology.rehearsal_workers",
+        )?;
+        positive(self.train.tasks_per_step, "train.tasks_per_step")?;
+        positive(self.train.k as usize, "train.k")?;
+        positive(self.sft.rows_per_step, "sft.rows_per_step")?;
+        positive(
+            self.rollout.max_generation_calls,
+            "rollout.max_generation_calls",
+        )?;
+        positive(
+            self.rollout.act_max_new_tokens,
+            "rollout.act_max_new_tokens",
+        )?;
+        positive(
+            self.rollout.rehearse_max_new_tokens,
+            "rollout.rehearse_max_new_tokens",
+        )?;
+        positive(self.eval.act_max_new_tokens, "eval.act_max_new_tokens")?;
+        if !["train", "test"].contains(&self.eval.split.as_str()) {
+            return Err(format!(
+                "eval.split = {:?}: expected train or test",
+                self.eval.split
+            ));
+        }
+        for (key, t) in [
+            ("rollout.temperature", self.rollout.temperature),
+            ("eval.temperature", self.eval.temperature),
+        ] {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(format!("{key} = {t}: must be a finite number >= 0"));
+            }
+        }
+        for (key, p) in [
+            ("rollout.top_p", self.rollout.top_p),
+            ("eval.top_p", self.eval.top_p),
+        ] {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(format!("{key} = {p}: must be in (0, 1]"));
+            }
+        }
+        self.sft
+            .learner
+            .validate()
+            .map_err(|e| format!("sft.learner: {e}"))?;
+        self.train
+            .learner
+            .validate()
+            .map_err(|e| format!("train.learner: {e}"))?;
+        if (self.train.learner.temperature - f64::from(self.rollout.temperature)).abs() > 1e-6 {
+            return Err(format!(
+                "train.learner.temperature = {} must equal rollout.temperature = {} (the learner \
+                 scores with the temperature rollouts were sampled at)",
+                self.train.learner.temperature, self.rollout.temperature
+            ));
+        }
+        Ok(())
+    }
+
+    /// The budgets a run prints and records.
+    pub fn budgets(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model.source,
+            "tool_rendering": self.protocol.tool_rendering,
+            "collect_tasks": self.collect.tasks,
+            "sft_steps": self.sft.steps,
+            "sft_rows_per_step": self.sft.rows_per_step,
+            "train_steps": self.train.steps,
+            "train_tasks_per_step": self.train.tasks_per_step,
+            "train_k": self.train.k,
+            "rollout_max_user_turns": self.rollout.max_user_turns,
+            "act_max_new_tokens": self.rollout.act_max_new_tokens,
+            "rehearse_max_new_tokens": self.rollout.rehearse_max_new_tokens,
+            "eval_split": self.eval.split,
+            "eval_tasks": self.eval.tasks,
+            "eval_act_max_new_tokens": self.eval.act_max_new_tokens,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate_and_round_trip_through_toml() {
+        for p in [Preset::Smollm2, Preset::Tiny] {
+            let c = RunConfig::preset(p);
+            c.validate().expect("preset validates");
+            let back = RunConfig::from_toml(&c.to_toml()).expect("round trip");
+            assert_eq!(back, c);
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = RunConfig::from_toml("[train]\nstepz = 3\n").unwrap_err();
+        assert!(e.contains("stepz"), "{e}");
+        let e = RunConfig::from_toml("[train]\nk = 0\n").unwrap_err();
+        assert!(e.contains("train.k"), "{e}");
+        let e = RunConfig::from_toml("[protocol]\ntool_rendering = \"tiny\"\n").unwrap_err();
+        assert!(e.contains("tool_rendering") || e.contains("tiny"), "{e}");
+        let e = RunConfig::from_toml("[eval]\nsplit = \"dev\"\n").unwrap_err();
+        assert!(e.contains("eval.split"), "{e}");
+        let e = RunConfig::from_toml("[train.learner]\nlr = -1.0\n").unwrap_err();
+        assert!(e.contains("train.learner"), "{e}");
+    }
+
+    #[test]
+    fn a_partial_file_keeps_defaults() {
+        let c =
+            RunConfig::from_toml("[train]\nsteps = 3\n[protocol]\ntool_rendering = \"compact\"\n")
+                .expect("parse");
+        assert_eq!(c.train.steps, 3);
+        assert_eq!(c.train.k, 4);
+        assert_eq!(c.rollout.tool_rendering, ToolRendering::Compact);
+        assert_eq!(c.train.learner.lr, 1e-6);
+    }
+}

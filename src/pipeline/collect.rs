@@ -1,0 +1,73 @@
+//! `collect`: replays the ground truth of the train split in the real environment and stores
+//! the seed trajectories (with real observations) in sled. Test tasks never get a seed.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+
+use super::{progress, secs, Pipeline};
+use crate::actors::memory::MemoryMsg;
+use crate::bfcl::env::BfclEnv;
+use crate::bfcl::episode::collect_seed;
+use crate::report::StageReport;
+use crate::storage::Task;
+
+impl Pipeline {
+    /// Collects seeds for the train split (at most `collect.tasks` tasks) and stores every
+    /// task of both splits in sled.
+    ///
+    /// # Errors
+    /// A task whose ground truth does not replay, or the store fails.
+    pub async fn collect(&mut self) -> Result<StageReport> {
+        let start = Instant::now();
+        let limit = self.cfg.collect.tasks.unwrap_or(usize::MAX);
+        let train: Vec<_> = self.suite.train.iter().take(limit).collect();
+        let bar = progress(train.len() as u64, "collect");
+        let mut env = BfclEnv::new(self.suite.docs.clone());
+        let mut seeds = Vec::with_capacity(train.len());
+        let mut calls = 0u64;
+        for task in &train {
+            let bfcl = self
+                .suite
+                .task(&task.id.0)
+                .ok_or_else(|| anyhow!("task {} is missing from the suite", task.id))?;
+            let collected = collect_seed(bfcl, &mut env)?;
+            calls += collected.env_calls as u64;
+            seeds.push(collected.seed);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        metrics::counter!("seed_env_calls").increment(calls);
+        let tasks: Vec<Task> = self
+            .suite
+            .train
+            .iter()
+            .chain(&self.suite.test)
+            .map(|t| Task {
+                id: t.id.clone(),
+                category: "multi_turn_base".into(),
+                split: t.split.name().into(),
+                payload_json: t.env.spec.to_string(),
+            })
+            .collect();
+        self.memory()
+            .ask("memory", |r| MemoryMsg::PutTasks(tasks, r))
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        let n = seeds.len() as u64;
+        self.memory()
+            .ask("memory", |r| MemoryMsg::PutSeeds(seeds, r))
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        let stage = StageReport {
+            wall_s: secs(start),
+            tokens: 0,
+            generated_tokens: 0,
+            real_env_calls: calls,
+            items: n,
+        };
+        eprintln!("collect: {n} seed trajectories from the train split, {calls} real env calls");
+        self.record_stage("collect", stage.clone());
+        Ok(stage)
+    }
+}

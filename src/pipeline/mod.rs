@@ -1,0 +1,227 @@
+//! The EnvACE pipeline on actors: seed collection, supervised warm-up, self-rehearsal role-wise
+//! GRPO (zero real environment calls) and real-environment evaluation, on BFCL
+//! `multi_turn_base` with its fixed train/test split.
+//!
+//! A [`Pipeline`] owns one run folder: `config.toml`, `db/` (sled: tasks, seeds, trajectories,
+//! run state, checkpoint records), `checkpoints/` (safetensors weights), `report.json` and
+//! `training.png`. Every stage adds its numbers to the report and saves it, so a stopped run
+//! keeps what it measured and `train` resumes from the run state in sled.
+
+mod collect;
+mod eval;
+mod sft;
+mod train;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+
+use crate::actors::env_actor::EnvFactory;
+use crate::actors::memory::MemoryMsg;
+use crate::actors::protocol::{PromptKit, SeedPool};
+use crate::actors::slot::Slot;
+use crate::actors::topology::Topology;
+use crate::actors::worker::WorkerHandle;
+use crate::actors::{Environment, Judge, Split};
+use crate::bfcl::env::BfclEnv;
+use crate::bfcl::episode::BfclSuite;
+use crate::bfcl::judge::RuleChecklistJudge;
+use crate::config::{JudgeKind, RunConfig};
+use crate::kernels::{load, ModelSource};
+use crate::report::{RunReport, StageReport};
+use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
+use crate::storage::{Store, StoreOptions};
+use crate::telemetry::{install_metrics_recorder, MetricsHandle};
+
+pub use eval::Variant;
+
+/// The run name of self-rehearsal training in sled (trajectories, run state, checkpoints).
+pub const TRAIN_RUN: &str = "envace";
+/// The run name of the warm-up's checkpoint record.
+pub const SFT_RUN: &str = "sft";
+
+/// One run folder with its model, actors, store and report.
+pub struct Pipeline {
+    pub cfg: RunConfig,
+    pub dir: PathBuf,
+    pub store: Arc<Store>,
+    pub suite: BfclSuite,
+    pub topology: Topology,
+    pub report: RunReport,
+    pub metrics: MetricsHandle,
+}
+
+impl Pipeline {
+    /// Opens (or creates) the run folder `dir`, loads the model and starts the actors.
+    ///
+    /// # Errors
+    /// The model, BFCL data or store cannot be loaded, or an actor does not start.
+    pub async fn open(cfg: RunConfig, dir: &Path, preset: &str) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("config.toml"), cfg.to_toml())
+            .with_context(|| format!("writing {}", dir.join("config.toml").display()))?;
+        let metrics = install_metrics_recorder();
+        let device: DeviceChoice = cfg
+            .model
+            .device
+            .parse()
+            .map_err(|e| anyhow!("model.device: {e}"))?;
+        let dtype: DtypeChoice = cfg
+            .model
+            .dtype
+            .parse()
+            .map_err(|e| anyhow!("model.dtype: {e}"))?;
+        let (device, kind) = resolve(device, dtype)?;
+        let loaded = load(&ModelSource::parse(&cfg.model.source), device, kind)
+            .with_context(|| format!("loading model {}", cfg.model.source))?;
+        let kit = Arc::new(
+            PromptKit::new(loaded.tokenizer.clone(), loaded.chat_template)
+                .context("building the prompt kit")?,
+        );
+        let worker = WorkerHandle::spawn(loaded.model, loaded.tokenizer, cfg.engine.clone());
+        let store = Arc::new(
+            Store::open(dir.join("db"), StoreOptions::default())
+                .with_context(|| format!("opening {}", dir.join("db").display()))?,
+        );
+        let suite = BfclSuite::load_base().context("loading BFCL multi_turn_base")?;
+        let judge: Arc<dyn Judge> = match cfg.judge {
+            JudgeKind::RuleChecklist => Arc::new(RuleChecklistJudge),
+            JudgeKind::BfclChecker => Arc::new(suite.checker_judge(Default::default())),
+        };
+        let docs = suite.docs.clone();
+        let factory: EnvFactory =
+            Arc::new(move || Box::new(BfclEnv::new(docs.clone())) as Box<dyn Environment>);
+        let topology = Topology::start(
+            cfg.topology,
+            worker,
+            kit,
+            judge,
+            Some(factory),
+            store.clone(),
+        )
+        .await
+        .map_err(|e| anyhow!(e))?;
+        let mut report = RunReport::load_or_new(dir, preset, &cfg.model.source)?;
+        report.budgets = cfg.budgets();
+        Ok(Self {
+            cfg,
+            dir: dir.to_path_buf(),
+            store,
+            suite,
+            topology,
+            report,
+            metrics,
+        })
+    }
+
+    /// The Memory actor.
+    pub fn memory(&self) -> &Slot<MemoryMsg> {
+        &self.topology.memory
+    }
+
+    /// The few-shot fact pool: every stored seed with its task's split.
+    ///
+    /// # Errors
+    /// The store cannot be read.
+    pub async fn seed_pool(&self) -> Result<SeedPool> {
+        let seeds = self
+            .memory()
+            .ask("memory", MemoryMsg::Seeds)
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        let pool = seeds
+            .into_iter()
+            .map(|s| {
+                let split = if self.suite.train.iter().any(|t| t.id == s.task) {
+                    Split::Train
+                } else {
+                    Split::Test
+                };
+                (split, s)
+            })
+            .collect();
+        Ok(SeedPool::new(pool))
+    }
+
+    /// Where a checkpoint file of `name` lives.
+    pub fn checkpoint_path(&self, name: &str) -> PathBuf {
+        self.dir
+            .join("checkpoints")
+            .join(format!("{name}.safetensors"))
+    }
+
+    /// Writes the report (and the training plot) to the run folder.
+    ///
+    /// # Errors
+    /// The files cannot be written.
+    pub fn save_report(&mut self) -> Result<()> {
+        self.report.metrics = self.metrics.snapshot();
+        self.report.save(&self.dir)?;
+        crate::plot::plot_training(&self.dir.join("training.png"), &self.report.train.steps)?;
+        Ok(())
+    }
+
+    /// Records a stage's numbers in the report.
+    pub fn record_stage(&mut self, name: &str, stage: StageReport) {
+        tracing::info!(
+            stage = name,
+            wall_s = stage.wall_s,
+            tokens = stage.tokens,
+            real_env_calls = stage.real_env_calls,
+            "stage done"
+        );
+        metrics::gauge!("stage_wall_s", "stage" => name.to_string()).set(stage.wall_s);
+        self.report.stages.insert(name.to_string(), stage);
+    }
+
+    /// Stops the actors.
+    pub fn shutdown(&self) {
+        self.topology.stop();
+    }
+}
+
+/// A progress bar for `len` items of a stage (hidden when stderr is not a terminal).
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg:>10} [{bar:30}] {pos}/{len} {elapsed_precise} eta {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Seconds since `start`.
+pub fn secs(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64()
+}
+
+/// Runs the whole demo: collect → eval(base) → sft → eval(sft) → train → eval(envace), then
+/// writes the report and plot and returns the summary table.
+///
+/// # Errors
+/// Any stage's error.
+pub async fn demo(p: &mut Pipeline) -> Result<String> {
+    let budgets = serde_json::to_string_pretty(&p.cfg.budgets())?;
+    eprintln!(
+        "envace demo: run folder {}\nbudgets: {budgets}",
+        p.dir.display()
+    );
+    p.collect().await?;
+    p.save_report()?;
+    p.eval(Variant::Base, None).await?;
+    p.save_report()?;
+    p.sft().await?;
+    p.save_report()?;
+    p.eval(Variant::Sft, None).await?;
+    p.save_report()?;
+    p.train(None).await?;
+    p.save_report()?;
+    p.eval(Variant::Envace, None).await?;
+    p.save_report()?;
+    Ok(p.report.summary_table())
+}

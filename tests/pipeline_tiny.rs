@@ -1,0 +1,281 @@
+//! The pipeline end to end on the tiny model (random weights, SmolLM2's tokenizer) and the real
+//! BFCL tasks: seed collection on the train split only, few-shot facts without leakage, rows
+//! with their roles, exact ids and policy versions, zero real environment calls during
+//! training, resume from sled at the right step, and `envace demo --preset tiny` writing its
+//! report and plot.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use envace::actors::protocol::act_messages;
+use envace::actors::Split;
+use envace::bfcl::env::BfclEnv;
+use envace::bfcl::episode::collect_seed;
+use envace::config::{Preset, RunConfig};
+use envace::pipeline::{Pipeline, Variant, TRAIN_RUN};
+use envace::storage::{
+    MessageRole, Prefix, RunId, RunState, SampleKey, SeedTrajectory, Store, StoreOptions,
+    Trajectory,
+};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("envace-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn config(steps: u64) -> RunConfig {
+    let mut cfg = RunConfig::preset(Preset::Tiny);
+    cfg.train.steps = steps;
+    cfg.eval.tasks = Some(1);
+    cfg
+}
+
+async fn close(p: Pipeline) {
+    p.shutdown();
+    drop(p);
+    // Let the stopped actors drop their handles on the store before it is reopened.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+fn trajectories(dir: &Path, run: &str) -> Vec<Trajectory> {
+    let store = Store::open(dir.join("db"), StoreOptions::default()).expect("store");
+    store
+        .scan::<Trajectory>(&SampleKey::run_prefix(&RunId::from(run)))
+        .map(|r| r.expect("record").1)
+        .collect()
+}
+
+#[test]
+fn collect_train_resume_and_eval_on_the_tiny_model() {
+    let dir = TempDir::new("pipeline");
+    rt().block_on(async {
+        // Stage 1: seeds for the train split only.
+        let mut p = Pipeline::open(config(1), &dir.0, "tiny")
+            .await
+            .expect("open");
+        let collected = p.collect().await.expect("collect");
+        assert_eq!(collected.items, 150);
+        assert!(collected.real_env_calls > 0);
+        let pool = p.seed_pool().await.expect("pool");
+        assert_eq!(pool.len(), 150);
+
+        // No leakage: a test task's facts are real exchanges of train seeds, never of its own
+        // ground truth when that exchange exists nowhere in the train seeds.
+        let seeds: Vec<SeedTrajectory> = {
+            let store = p.store.clone();
+            store
+                .scan::<SeedTrajectory>(&Prefix::all())
+                .map(|r| r.expect("seed").1)
+                .collect()
+        };
+        assert!(seeds
+            .iter()
+            .all(|s| p.suite.train.iter().any(|t| t.id == s.task)));
+        // Every test task uses TravelAPI, which no train task uses: a TravelAPI-only task gets
+        // no facts at all; one that also uses a train-split class gets that class's facts.
+        let mut env = BfclEnv::new(p.suite.docs.clone());
+        let mut with_facts = 0;
+        for task in &p.suite.test {
+            assert_eq!(task.split, Split::Test);
+            let facts = pool.facts_for(task, 6, 100_000);
+            let classes = &p.suite.task(&task.id.0).unwrap().involved_classes;
+            assert_eq!(
+                facts.is_empty(),
+                classes == &["TravelAPI".to_string()],
+                "{}",
+                task.id
+            );
+            with_facts += usize::from(!facts.is_empty());
+            let own = collect_seed(p.suite.task(&task.id.0).unwrap(), &mut env).expect("gt");
+            for f in &facts {
+                let from_train = seeds.iter().any(|s| s.tool_calls.contains(f));
+                assert!(
+                    from_train,
+                    "{}: fact {f:?} is not from a train seed",
+                    task.id
+                );
+                let only_own = own.seed.tool_calls.contains(f)
+                    && !seeds.iter().any(|s| s.tool_calls.contains(f));
+                assert!(!only_own, "{}: fact leaked from its ground truth", task.id);
+            }
+        }
+        assert_eq!(with_facts, 37);
+
+        // Stage 2: one self-rehearsal GRPO step; zero real calls.
+        let calls_before = p.topology.real_env_calls();
+        let train = p.train(None).await.expect("train");
+        assert_eq!(train.real_env_calls, 0);
+        assert_eq!(p.topology.real_env_calls(), calls_before);
+        assert_eq!(p.report.train.steps.len(), 1);
+        assert_eq!(p.report.train.steps[0].real_env_calls, 0);
+        assert_eq!(
+            p.topology.worker.policy_version().0,
+            1,
+            "one optimizer step"
+        );
+        let kit = p.topology.kit.clone();
+        let tools = p.cfg.protocol.tool_rendering;
+        let task0 = p.suite.train[0].clone();
+        close(p).await;
+
+        let step0 = trajectories(&dir.0, TRAIN_RUN);
+        let (k, tasks) = (2usize, 2usize);
+        assert_eq!(step0.len(), k * tasks);
+        for t in &step0 {
+            assert_eq!(t.step, 0);
+            assert!(!t.rows.is_empty());
+            for (i, row) in t.rows.iter().enumerate() {
+                assert_eq!(row.policy_version.0, 0, "sampled before the first update");
+                assert_eq!(row.logprobs.len(), row.completion_ids.len());
+                assert!(row.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+                // The row's message holds it; its role matches the message role.
+                let m = t
+                    .messages
+                    .iter()
+                    .find(|m| m.row == Some(i as u32))
+                    .expect("message");
+                let expected = match row.role {
+                    envace::storage::Role::Act => MessageRole::Assistant,
+                    envace::storage::Role::Rehearse => MessageRole::Tool,
+                };
+                assert_eq!(m.role, expected);
+            }
+        }
+        // Exact ids: the first Act row's prompt is the rendered Act prompt of its history.
+        let first = step0
+            .iter()
+            .find(|t| t.task == task0.id)
+            .expect("task 0 trajectory");
+        let history: Vec<_> = first
+            .messages
+            .iter()
+            .take_while(|m| m.role == MessageRole::User)
+            .cloned()
+            .collect();
+        let prompt = kit
+            .encode_chat(&act_messages(&task0.tools, tools, &history, None), true)
+            .expect("render");
+        assert_eq!(first.rows[0].prompt_ids, prompt);
+        let text = kit.decode(&first.rows[0].completion_ids).expect("decode");
+        assert_eq!(first.messages[history.len()].content, text);
+
+        // Stage 3: a "stopped" run resumes at step 1 with the saved weights and version.
+        let mut p = Pipeline::open(config(2), &dir.0, "tiny")
+            .await
+            .expect("reopen");
+        p.train(None).await.expect("resume");
+        assert_eq!(
+            p.report
+                .train
+                .steps
+                .iter()
+                .map(|s| s.step)
+                .collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        assert_eq!(p.topology.worker.policy_version().0, 2);
+        let state = p
+            .store
+            .get::<RunState>(&RunId::from(TRAIN_RUN))
+            .expect("read")
+            .expect("run state");
+        assert_eq!(state.step, 2);
+        assert_eq!(state.data_cursor, 4);
+
+        // Stage 4: evaluation in the real environment with the BFCL checker.
+        let eval = p.eval(Variant::Base, None).await.expect("eval");
+        assert_eq!(eval.tasks, 1);
+        assert_eq!(eval.split, "test");
+        assert_eq!(eval.per_task.len(), 1);
+        assert_eq!(eval.per_task[0].task, "multi_turn_base_150");
+        p.save_report().expect("report");
+        close(p).await;
+
+        let all = trajectories(&dir.0, TRAIN_RUN);
+        assert_eq!(
+            all.iter().filter(|t| t.step == 0).count(),
+            k * tasks,
+            "step 0 not redone"
+        );
+        let step1: Vec<_> = all.iter().filter(|t| t.step == 1).collect();
+        assert_eq!(step1.len(), k * tasks);
+        assert!(step1
+            .iter()
+            .flat_map(|t| &t.rows)
+            .all(|r| r.policy_version.0 == 1));
+        // Step 1 took the next tasks of the train split.
+        assert!(step1
+            .iter()
+            .all(|t| t.task.0 == "multi_turn_base_2" || t.task.0 == "multi_turn_base_3"));
+    });
+}
+
+#[test]
+fn demo_tiny_writes_the_report_and_plot() {
+    let dir = TempDir::new("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(["demo", "--preset", "tiny", "--out"])
+        .arg(&dir.0)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run envace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("after EnvACE training"), "{table}");
+    assert!(
+        table.contains("real env calls during training: 0"),
+        "{table}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.0.join("report.json")).expect("report"))
+            .expect("json");
+    for stage in [
+        "collect",
+        "sft",
+        "train",
+        "eval_base",
+        "eval_sft",
+        "eval_envace",
+    ] {
+        let s = &report["stages"][stage];
+        assert!(
+            s["wall_s"].as_f64().is_some_and(|w| w > 0.0),
+            "{stage}: {s}"
+        );
+        assert!(s["tokens"].as_u64().is_some(), "{stage}: {s}");
+    }
+    assert!(report["stages"]["train"]["tokens"].as_u64().unwrap() > 0);
+    assert_eq!(report["train"]["real_env_calls"], 0);
+    assert_eq!(report["train"]["steps"].as_array().map(Vec::len), Some(2));
+    for variant in ["base", "sft", "envace"] {
+        let v = &report["variants"][variant];
+        assert!(v["task_success"].as_f64().is_some(), "{variant}: {v}");
+        assert!(v["turn_success"].as_f64().is_some(), "{variant}: {v}");
+        assert_eq!(v["split"], "test");
+    }
+    let png = std::fs::read(dir.0.join("training.png")).expect("plot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(dir.0.join("db").is_dir());
+}
