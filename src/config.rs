@@ -201,10 +201,12 @@ impl RunConfig {
         c.eval.act_max_new_tokens = 96;
         match preset {
             Preset::Smollm2 => {
-                c.sft.steps = 8;
+                // Rows up to 1024 tokens: the first turns of the train tasks, mostly Act
+                // rows; 1e-4 teaches the Hermes call format within the budget.
+                c.sft.steps = 12;
                 c.sft.rows_per_step = 4;
-                c.sft.max_row_tokens = 1536;
-                c.sft.learner.lr = 2e-5;
+                c.sft.max_row_tokens = 1024;
+                c.sft.learner.lr = 1e-4;
                 c.train.steps = 2;
                 c.train.tasks_per_step = 2;
                 c.train.k = 2;
@@ -317,6 +319,15 @@ impl RunConfig {
                 return Err(format!("{key} = {p}: must be in (0, 1]"));
             }
         }
+        // The learner's log-probs equal the sampling log-probs only for untruncated sampling
+        // (kernels/src/sampling.rs): anything else would bias every PPO ratio.
+        if self.rollout.top_p != 1.0 || self.rollout.top_k != 0 {
+            return Err(format!(
+                "rollout.top_p = {} and rollout.top_k = {}: training rollouts must sample the \
+                 full distribution (top_p = 1.0, top_k = 0) so the learner's log-probs match",
+                self.rollout.top_p, self.rollout.top_k
+            ));
+        }
         self.sft
             .learner
             .validate()
@@ -378,10 +389,25 @@ mod tests {
         assert!(e.contains("train.k"), "{e}");
         let e = RunConfig::from_toml("[protocol]\ntool_rendering = \"tiny\"\n").unwrap_err();
         assert!(e.contains("tool_rendering") || e.contains("tiny"), "{e}");
+        let e = RunConfig::from_toml("[rollout]\ntop_p = 0.9\n").unwrap_err();
+        assert!(e.contains("rollout.top_p"), "{e}");
         let e = RunConfig::from_toml("[eval]\nsplit = \"dev\"\n").unwrap_err();
         assert!(e.contains("eval.split"), "{e}");
         let e = RunConfig::from_toml("[train.learner]\nlr = -1.0\n").unwrap_err();
         assert!(e.contains("train.learner"), "{e}");
+    }
+
+    #[test]
+    fn the_example_files_are_the_presets() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        for (file, preset) in [("demo.toml", Preset::Smollm2), ("tiny.toml", Preset::Tiny)] {
+            let c = RunConfig::from_file(&dir.join(file)).expect("example parses");
+            assert_eq!(
+                c,
+                RunConfig::preset(preset),
+                "{file}: regenerate with `envace config`"
+            );
+        }
     }
 
     #[test]

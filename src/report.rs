@@ -160,12 +160,16 @@ pub struct StepMetrics {
     /// Standard deviation of the advantage over Rehearse rows.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub adv_std_rehearse: f64,
-    /// Policy loss of the step (per token, averaged).
+    /// Loss of the step (PPO-clip policy loss plus `kl_coef`·KL), aggregated as configured.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub loss: f64,
-    /// KL divergence to the reference policy, per token.
+    /// k3 KL to the frozen reference policy, per token (0 when `grpo.kl_coef` is off).
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub kl: f64,
+    /// Token mean of `log π_old − log π_θ` before the update (the learner re-scoring the
+    /// rollouts; ~0 when the rollouts were sampled by the same weights).
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub approx_kl: f64,
     /// Fraction of tokens whose importance ratio was clipped, in [0, 1].
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub clip_frac: f64,

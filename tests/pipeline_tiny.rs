@@ -279,3 +279,58 @@ fn demo_tiny_writes_the_report_and_plot() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(dir.0.join("db").is_dir());
 }
+
+#[test]
+fn the_model_thread_trains_with_a_k3_kl_to_a_frozen_reference() {
+    use envace::actors::worker::{Job, WorkerHandle};
+    use envace::kernels::{load, EngineConfig, LearnerConfig, ModelSource, TrainRow};
+    let loaded = load(&ModelSource::Tiny, tch::Device::Cpu, tch::Kind::Float).expect("tiny");
+    let worker = WorkerHandle::spawn(loaded.model, loaded.tokenizer, EngineConfig::default());
+    rt().block_on(async {
+        let mut cfg = LearnerConfig {
+            lr: 1e-2,
+            ..LearnerConfig::default()
+        };
+        cfg.grpo.kl_coef = Some(0.1);
+        worker
+            .request(|tx| Job::SetLearner(Box::new(cfg), tx))
+            .await
+            .expect("a learner with a frozen reference");
+        let scored = worker
+            .request(|tx| {
+                Job::Score(
+                    vec![envace::kernels::ScoreRow {
+                        prompt_ids: vec![1, 2, 3],
+                        completion_ids: vec![4, 5],
+                    }],
+                    tx,
+                )
+            })
+            .await
+            .expect("score");
+        let row = TrainRow {
+            prompt_ids: vec![1, 2, 3],
+            completion_ids: vec![4, 5],
+            old_logprobs: scored[0].clone(),
+            advantage: 1.0,
+        };
+        let first = worker
+            .request(|tx| Job::Train(vec![row.clone()], tx))
+            .await
+            .expect("step 1");
+        assert!(
+            first.ref_kl.abs() < 1e-6,
+            "identical weights: {}",
+            first.ref_kl
+        );
+        let mut last = first;
+        for _ in 0..3 {
+            last = worker
+                .request(|tx| Job::Train(vec![row.clone()], tx))
+                .await
+                .expect("step");
+        }
+        assert!(last.ref_kl > 1e-6, "the policy moved away: {}", last.ref_kl);
+        assert_eq!(worker.policy_version().0, 4);
+    });
+}

@@ -17,11 +17,13 @@ use crate::worker::ModelInfo;
 
 /// One Act request.
 pub struct ActRequest {
+    /// The task: its tools are the whitelist shown and parsed against.
     pub task: Arc<EpisodeTask>,
     /// The conversation so far (user, assistant, tool messages).
     pub history: Vec<Message>,
     /// A rehearsal memory to show in the system prompt (test-time scaling), if any.
     pub memory: Option<String>,
+    /// How the tools are shown.
     pub rendering: ToolRendering,
     /// Sampling for this turn: `max_new_tokens` and the seed are used as given; the end-of-turn
     /// token is added to the stop ids.
@@ -50,8 +52,11 @@ pub enum ActingMsg {
 /// What an Acting worker needs.
 #[derive(Clone)]
 pub struct ActingArgs {
+    /// Where generation requests go.
     pub engine: Slot<EngineMsg>,
+    /// Tokenizer and chat template.
     pub kit: Arc<PromptKit>,
+    /// The model's context length (the context cap).
     pub info: ModelInfo,
 }
 

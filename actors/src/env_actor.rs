@@ -40,10 +40,13 @@ pub enum EnvMsg {
 /// Arguments: the factory and the shared call counter.
 #[derive(Clone)]
 pub struct EnvArgs {
+    /// Builds one environment per episode.
     pub factory: EnvFactory,
+    /// Real calls executed so far (shared with the topology for reporting).
     pub calls: Arc<AtomicU64>,
 }
 
+/// The open environments, by episode.
 pub struct EnvState {
     args: EnvArgs,
     open: HashMap<EpisodeId, Box<dyn Environment>>,

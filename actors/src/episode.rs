@@ -21,7 +21,7 @@ use crate::environment::ToolCall;
 use crate::judge::{TurnCalls, Verdict};
 use crate::judge_actor::JudgeMsg;
 use crate::kernels::SamplingParams;
-use crate::protocol::ToolRendering;
+use crate::protocol::{python_json, ToolRendering};
 use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
 use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::{
@@ -48,7 +48,9 @@ pub struct EpisodeConfig {
     pub rehearse_max_new_tokens: usize,
     /// Sampling temperature (training rollouts: 1.0; evaluation: 0.6).
     pub temperature: f32,
+    /// Nucleus mass (training: 1.0, so log-probs match the learner's).
     pub top_p: f32,
+    /// Top-k (training: 0, every token).
     pub top_k: usize,
     /// Times an episode is rerun when an actor fails under it, before it is recorded failed.
     pub max_retries: u32,
@@ -86,7 +88,7 @@ impl EpisodeConfig {
 
 /// How tool calls are answered.
 #[derive(Clone)]
-pub enum Executor {
+pub enum ObservationSource {
     /// The policy's Rehearse role predicts every result (no real environment call).
     Rehearsal(Arc<Pool<RehearsalMsg>>),
     /// A real environment executes every call (counted by the Environment actor).
@@ -96,21 +98,28 @@ pub enum Executor {
 /// The actors an episode talks to.
 #[derive(Clone)]
 pub struct Agents {
+    /// Acting workers (round-robin).
     pub acting: Arc<Pool<ActingMsg>>,
-    pub executor: Executor,
+    /// Who answers tool calls.
+    pub observations: ObservationSource,
+    /// The judge scoring each user turn and the episode.
     pub judge: Slot<JudgeMsg>,
 }
 
 /// One episode to run.
 #[derive(Debug, Clone)]
 pub struct EpisodeSpec {
+    /// The task to play.
     pub task: Arc<EpisodeTask>,
     /// Few-shot facts for Rehearse (see `protocol::SeedPool`).
     pub facts: Arc<Vec<ToolExchange>>,
     /// A rehearsal memory shown to Act (test-time scaling).
     pub memory: Option<String>,
+    /// Run, step and sample index: the trajectory's key in storage.
     pub run: RunId,
+    /// Training step (0 outside training).
     pub step: u64,
+    /// Index of the trajectory in its group of K.
     pub sample: u32,
     /// Seed of this episode's sampling; generation call n uses a seed derived from it and n.
     pub seed: u64,
@@ -140,16 +149,16 @@ pub async fn run_episode_supervised(
             Err(e) => {
                 tracing::error!(task = %spec.task.id, error = %e, "episode failed; recorded as failed");
                 metrics::counter!("episodes_failed").increment(1);
-                return failed_trajectory(spec, mode_of(&agents.executor), &e);
+                return failed_trajectory(spec, mode_of(&agents.observations), &e);
             }
         }
     }
 }
 
-fn mode_of(executor: &Executor) -> ExecutionMode {
-    match executor {
-        Executor::Rehearsal(_) => ExecutionMode::Rehearsal,
-        Executor::Real(_) => ExecutionMode::Real,
+fn mode_of(observations: &ObservationSource) -> ExecutionMode {
+    match observations {
+        ObservationSource::Rehearsal(_) => ExecutionMode::Rehearsal,
+        ObservationSource::Real(_) => ExecutionMode::Real,
     }
 }
 
@@ -201,7 +210,7 @@ pub async fn run_episode(
         timings: Timings::default(),
         calls: 0,
     };
-    if let Executor::Real(env) = &agents.executor {
+    if let ObservationSource::Real(env) = &agents.observations {
         let t = Instant::now();
         let env_task = task.env.clone();
         env.ask("environment", |r| EnvMsg::Open(episode, env_task, r))
@@ -210,7 +219,7 @@ pub async fn run_episode(
         run.timings.environment_s += t.elapsed().as_secs_f64();
     }
     let result = drive(agents, cfg, spec, episode, &mut run).await;
-    if let Executor::Real(env) = &agents.executor {
+    if let ObservationSource::Real(env) = &agents.observations {
         let _ = env.get().cast(EnvMsg::Close(episode));
     }
     let (transcript, termination) = result?;
@@ -223,6 +232,7 @@ pub async fn run_episode(
         })
         .await?;
     run.timings.judge_s += t.elapsed().as_secs_f64();
+    fit_turns(&mut verdict, task.judge.num_turns());
     if termination.is_error() {
         zero_from(&mut verdict, transcript.len().saturating_sub(1));
     }
@@ -232,7 +242,7 @@ pub async fn run_episode(
         step: spec.step,
         task: task.id.clone(),
         sample: spec.sample,
-        mode: mode_of(&agents.executor),
+        mode: mode_of(&agents.observations),
         rows: run.rows,
         messages: run.history,
         reward: verdict.reward,
@@ -250,6 +260,27 @@ pub async fn run_episode(
         termination,
         timings: run.timings,
     })
+}
+
+/// Makes a verdict carry exactly one score per user turn of the task (a judge that returns
+/// fewer would inflate R = Σ scores / turns): missing turns score 0, extra ones are dropped.
+fn fit_turns(verdict: &mut Verdict, turns: usize) {
+    if verdict.turn_scores.len() != turns {
+        tracing::warn!(
+            got = verdict.turn_scores.len(),
+            turns,
+            "the judge returned a score count other than the task's turns; padding with 0"
+        );
+        verdict.turn_scores.resize(
+            turns,
+            crate::judge::TurnScore {
+                score: 0.0,
+                passed_required: false,
+                reason: "not scored by the judge".into(),
+            },
+        );
+        *verdict = Verdict::from_turn_scores(std::mem::take(&mut verdict.turn_scores));
+    }
 }
 
 /// Scores turn `from` and later 0 (the turn an error ended, DESIGN.md §2) and recomputes R.
@@ -307,7 +338,7 @@ async fn drive(
         .map_or(task.user_turns.len(), |m| m.min(task.user_turns.len()));
     let mut transcript: Vec<TurnCalls> = Vec::new();
     for (t, user_messages) in task.user_turns.iter().enumerate().take(turns) {
-        if let Executor::Real(env) = &agents.executor {
+        if let ObservationSource::Real(env) = &agents.observations {
             let _ = env.get().cast(EnvMsg::BeginTurn(episode, t));
         }
         for m in user_messages {
@@ -415,8 +446,8 @@ async fn execute(
     seed_of: &impl Fn(usize) -> u64,
 ) -> Result<Result<(String, Option<u32>), Termination>, ActorCallError> {
     let clock = Instant::now();
-    match &agents.executor {
-        Executor::Real(env) => {
+    match &agents.observations {
+        ObservationSource::Real(env) => {
             let call = call.clone();
             let obs = env
                 .ask("environment", |r| EnvMsg::Execute(episode, call, r))
@@ -425,7 +456,7 @@ async fn execute(
             run.timings.environment_s += clock.elapsed().as_secs_f64();
             Ok(Ok((obs.text, None)))
         }
-        Executor::Rehearsal(pool) => {
+        ObservationSource::Rehearsal(pool) => {
             if run.calls >= cfg.max_generation_calls {
                 return Ok(Err(Termination::MaxGenerationCalls));
             }
@@ -450,7 +481,7 @@ async fn execute(
                 RehearseTurn::Generated { row, text, parsed } => {
                     let r = run.push_row(row);
                     match parsed {
-                        Ok(value) => Ok(Ok((value.to_string(), Some(r)))),
+                        Ok(value) => Ok(Ok((python_json(&value), Some(r)))),
                         Err(e) => {
                             let mut m = message(
                                 MessageRole::Tool,

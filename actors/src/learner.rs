@@ -3,6 +3,7 @@
 //! warm-up steps.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -16,10 +17,13 @@ use crate::worker::{Job, WorkerHandle};
 /// Mean and standard deviation (population) of a role's advantages, with its row count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoleStats {
+    /// Rows of the role in the step.
     pub rows: u64,
     /// Mean trajectory reward over the role's rows.
     pub reward_mean: f64,
+    /// Mean advantage over the role's rows.
     pub adv_mean: f64,
+    /// Standard deviation (population) of the role's advantages.
     pub adv_std: f64,
 }
 
@@ -31,6 +35,7 @@ pub struct GrpoBatch {
     /// Per trajectory, per row: the advantage it trains with (same shape as the trajectories'
     /// `rows`; rows that cannot be trained, with no completion tokens, get `None`).
     pub advantages: Vec<Vec<Option<f32>>>,
+    /// Statistics per role (`act`, `rehearse`).
     pub per_role: BTreeMap<String, RoleStats>,
     /// Rows skipped because they had no completion tokens.
     pub skipped_rows: u64,
@@ -111,10 +116,13 @@ pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32
 /// What one GRPO step did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LearnerStep {
+    /// The optimizer step's numbers (loss, grad norm, clip fraction, KL, tokens, seconds).
     pub stats: StepStats,
+    /// Reward and advantage statistics per role.
     pub per_role: BTreeMap<String, RoleStats>,
     /// Per trajectory, per row: the advantage trained with.
     pub advantages: Vec<Vec<Option<f32>>>,
+    /// Rows without completion tokens (not trained).
     pub skipped_rows: u64,
     /// The policy version after the step.
     pub policy_version: PolicyVersion,
@@ -130,16 +138,39 @@ pub enum LearnerMsg {
     SftStep(Vec<ScoreRow>, RpcReplyPort<Result<StepStats, String>>),
 }
 
-/// Arguments: the model thread and the ids that end a turn (for empty-row detection).
+/// Arguments of the Learner actor.
 #[derive(Debug, Clone)]
 pub struct LearnerArgs {
+    /// The model thread whose weights the steps update.
     pub worker: WorkerHandle,
+    /// Ids that end a turn: a row whose completion is only these is an empty row.
     pub stop_ids: Vec<u32>,
+    /// The advantage settings of the last `Configure`, shared so a restarted learner keeps
+    /// them.
+    pub grpo: Arc<Mutex<GrpoConfig>>,
 }
 
+impl LearnerArgs {
+    /// Arguments with the default GRPO settings until the first `Configure`.
+    pub fn new(worker: WorkerHandle, stop_ids: Vec<u32>) -> Self {
+        Self {
+            worker,
+            stop_ids,
+            grpo: Arc::new(Mutex::new(GrpoConfig::default())),
+        }
+    }
+
+    fn grpo(&self) -> GrpoConfig {
+        match self.grpo.lock() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// The Learner actor's state: its arguments.
 pub struct LearnerState {
     args: LearnerArgs,
-    grpo: GrpoConfig,
 }
 
 /// The Learner actor.
@@ -156,10 +187,7 @@ impl Actor for LearnerActor {
         _myself: ActorRef<Self::Msg>,
         args: LearnerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(LearnerState {
-            args,
-            grpo: GrpoConfig::default(),
-        })
+        Ok(LearnerState { args })
     }
 
     async fn handle(
@@ -171,13 +199,16 @@ impl Actor for LearnerActor {
         let worker = state.args.worker.clone();
         match msg {
             LearnerMsg::Configure(cfg, reply) => {
-                state.grpo = cfg.grpo.clone();
+                match state.args.grpo.lock() {
+                    Ok(mut g) => *g = cfg.grpo.clone(),
+                    Err(poisoned) => *poisoned.into_inner() = cfg.grpo.clone(),
+                }
                 tokio::spawn(async move {
                     let _ = reply.send(worker.request(|tx| Job::SetLearner(cfg, tx)).await);
                 });
             }
             LearnerMsg::GrpoStep(trajectories, reply) => {
-                let batch = grpo_batch(&trajectories, &state.grpo, &state.args.stop_ids);
+                let batch = grpo_batch(&trajectories, &state.args.grpo(), &state.args.stop_ids);
                 tokio::spawn(async move {
                     if batch.rows.is_empty() {
                         let _ = reply.send(Err("no trainable rows in the step".into()));

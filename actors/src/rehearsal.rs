@@ -20,6 +20,7 @@ use crate::worker::ModelInfo;
 
 /// One Rehearse request: simulate `call`.
 pub struct RehearseRequest {
+    /// The task: its tools are the whitelist the simulator checks the call against.
     pub task: Arc<EpisodeTask>,
     /// Few-shot real (tool, arguments, result) triples (never from a test task's own data).
     pub facts: Arc<Vec<ToolExchange>>,
@@ -27,7 +28,9 @@ pub struct RehearseRequest {
     pub history: Vec<Message>,
     /// The Act turn's raw text.
     pub act_text: String,
+    /// The call to simulate.
     pub call: ToolCall,
+    /// How the tools are shown.
     pub rendering: ToolRendering,
     /// Sampling; the end-of-turn token and `</execution_result>` are added as stops.
     pub params: SamplingParams,
@@ -36,13 +39,18 @@ pub struct RehearseRequest {
 /// The outcome of one Rehearse generation call.
 #[derive(Debug, Clone)]
 pub enum RehearseTurn {
+    /// The policy predicted a result.
     Generated {
+        /// The Rehearse row (exact ids and log-probs).
         row: Row,
+        /// The completion decoded without special tokens.
         text: String,
         /// The predicted result (a JSON object or array) or the simulator error.
         parsed: Result<Value, RehearseParseError>,
     },
+    /// Prompt plus `max_new_tokens` exceed the context.
     LengthExceeded {
+        /// Length of the rendered prompt, tokens.
         prompt_tokens: usize,
     },
 }
@@ -55,8 +63,11 @@ pub enum RehearsalMsg {
 /// What a Rehearsal worker needs.
 #[derive(Clone)]
 pub struct RehearsalArgs {
+    /// Where generation requests go.
     pub engine: Slot<EngineMsg>,
+    /// Tokenizer and chat template.
     pub kit: Arc<PromptKit>,
+    /// The model's context length (the context cap).
     pub info: ModelInfo,
 }
 

@@ -23,6 +23,7 @@ impl<M: ractor::Message> Clone for Slot<M> {
 }
 
 impl<M: ractor::Message> Slot<M> {
+    /// A slot serving `actor`.
     pub fn new(actor: ActorRef<M>) -> Self {
         Self {
             current: Arc::new(RwLock::new(actor)),
@@ -97,10 +98,12 @@ impl<M: ractor::Message> Pool<M> {
         &self.slots[i % self.slots.len()]
     }
 
+    /// Number of workers.
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
+    /// True for a pool without workers.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }

@@ -26,9 +26,13 @@ pub trait Respawn: Send + Sync {
 
 /// A child built by `actor` with arguments from `args` (called per start).
 pub struct Child<A: Actor> {
+    /// Name for logs and the `actor_restarts` metric.
     pub name: String,
+    /// The actor (its behaviour; state comes from `args`).
     pub actor: A,
+    /// Fresh start-up arguments, per start.
     pub args: Arc<dyn Fn() -> A::Arguments + Send + Sync>,
+    /// The slot callers reach the child through.
     pub slot: Slot<A::Msg>,
 }
 
@@ -73,16 +77,20 @@ pub async fn start_child<A: Actor + Clone>(
         args,
         slot: slot.clone(),
     };
-    supervisor
-        .cast(SupervisorMsg::Adopt(id, Box::new(child)))
-        .map_err(|e| format!("registering {name} with the supervisor: {e}"))?;
+    // Registered by a call (not a cast) so the supervisor knows the child before this returns.
+    ractor::call!(supervisor, |reply| SupervisorMsg::Adopt(
+        id,
+        Box::new(child),
+        reply
+    ))
+    .map_err(|e| format!("registering {name} with the supervisor: {e}"))?;
     Ok(slot)
 }
 
 /// Messages of the supervisor.
 pub enum SupervisorMsg {
-    /// Take responsibility for a started child.
-    Adopt(ActorId, Box<dyn Respawn>),
+    /// Take responsibility for a started child; replies once registered.
+    Adopt(ActorId, Box<dyn Respawn>, ractor::RpcReplyPort<()>),
     /// How many restarts happened so far.
     Restarts(ractor::RpcReplyPort<u64>),
 }
@@ -94,6 +102,7 @@ pub struct SupervisorArgs {
     pub max_restarts: u32,
 }
 
+/// The children and their restart counts.
 pub struct SupervisorState {
     children: HashMap<ActorId, (Box<dyn Respawn>, u32)>,
     restarts: u64,
@@ -128,8 +137,9 @@ impl Actor for Supervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Adopt(id, child) => {
+            SupervisorMsg::Adopt(id, child, reply) => {
                 state.children.insert(id, (child, 0));
+                let _ = reply.send(());
             }
             SupervisorMsg::Restarts(reply) => {
                 let _ = reply.send(state.restarts);

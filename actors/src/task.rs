@@ -41,7 +41,9 @@ impl std::str::FromStr for Split {
 /// One task as the episode driver sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeTask {
+    /// The task's id (e.g. `multi_turn_base_0`).
     pub id: TaskId,
+    /// Train or test.
     pub split: Split,
     /// OpenAI function schemas (`{"type": "function", "function": {name, description,
     /// parameters}}`) offered to the agent: the whitelist of both roles.

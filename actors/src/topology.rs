@@ -11,7 +11,7 @@ use ractor::{Actor, ActorRef};
 use crate::acting::{ActingActor, ActingArgs, ActingMsg};
 use crate::engine::{EngineActor, EngineMsg};
 use crate::env_actor::{EnvArgs, EnvFactory, EnvMsg, EnvironmentActor};
-use crate::episode::{Agents, Executor};
+use crate::episode::{Agents, ObservationSource};
 use crate::judge::Judge;
 use crate::judge_actor::{JudgeActor, JudgeMsg};
 use crate::learner::{LearnerActor, LearnerArgs, LearnerMsg};
@@ -47,15 +47,25 @@ impl Default for TopologySpec {
 
 /// The running actors of one run.
 pub struct Topology {
+    /// Restarts failed actors.
     pub supervisor: ActorRef<SupervisorMsg>,
+    /// The model thread (the one shared model handle).
     pub worker: WorkerHandle,
+    /// Tokenizer and chat template.
     pub kit: Arc<PromptKit>,
+    /// Generation and scoring requests.
     pub engine: Slot<EngineMsg>,
+    /// Act turns.
     pub acting: Arc<Pool<ActingMsg>>,
+    /// Rehearse calls.
     pub rehearsal: Arc<Pool<RehearsalMsg>>,
+    /// The real environment, when the topology has one.
     pub environment: Option<Slot<EnvMsg>>,
+    /// The judge of self-rehearsal episodes.
     pub judge: Slot<JudgeMsg>,
+    /// Role-wise GRPO and warm-up steps.
     pub learner: Slot<LearnerMsg>,
+    /// The sled store.
     pub memory: Slot<MemoryMsg>,
     env_calls: Arc<AtomicU64>,
 }
@@ -138,10 +148,7 @@ impl Topology {
             Arc::new(move || judge.clone()),
         )
         .await?;
-        let learner_args = LearnerArgs {
-            worker: worker.clone(),
-            stop_ids: kit.eos_id().into_iter().collect(),
-        };
+        let learner_args = LearnerArgs::new(worker.clone(), kit.eos_id().into_iter().collect());
         let learner = start_child(
             &supervisor,
             "learner",
@@ -213,7 +220,7 @@ impl Topology {
     pub fn rehearsal_agents(&self) -> Agents {
         Agents {
             acting: self.acting.clone(),
-            executor: Executor::Rehearsal(self.rehearsal.clone()),
+            observations: ObservationSource::Rehearsal(self.rehearsal.clone()),
             judge: self.judge.clone(),
         }
     }
@@ -229,7 +236,7 @@ impl Topology {
             .ok_or("this topology has no environment actor")?;
         Ok(Agents {
             acting: self.acting.clone(),
-            executor: Executor::Real(env),
+            observations: ObservationSource::Real(env),
             judge,
         })
     }

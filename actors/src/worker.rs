@@ -35,6 +35,7 @@ pub struct Generated {
     pub completion_ids: Vec<u32>,
     /// `log π_old` of each sampled id (natural log), same length.
     pub logprobs: Vec<f32>,
+    /// Why generation ended (a stop token or string, or the token budget).
     pub finish_reason: FinishReason,
     /// The weights' version when the request was admitted (0 = as loaded).
     pub policy_version: PolicyVersion,
@@ -47,9 +48,11 @@ pub type JobResult<T> = Result<T, String>;
 pub enum Job {
     /// Generate one completion.
     Generate(GenerationRequest, oneshot::Sender<JobResult<Generated>>),
-    /// Log-probs of completions given prompts, without gradients: one `Vec<f32>` per row.
+    /// Log-probs (temperature 1) of completions given prompts, without gradients: one
+    /// `Vec<f32>` per row, one value per completion token.
     Score(Vec<ScoreRow>, oneshot::Sender<JobResult<Vec<Vec<f32>>>>),
-    /// (Re)build the optimizer with this configuration (a fresh AdamW state).
+    /// (Re)build the optimizer with this configuration (a fresh AdamW state); with
+    /// `grpo.kl_coef` set, the current weights become the frozen KL reference.
     SetLearner(Box<LearnerConfig>, oneshot::Sender<JobResult<()>>),
     /// One role-wise GRPO optimizer step; bumps the policy version.
     Train(Vec<TrainRow>, oneshot::Sender<JobResult<StepStats>>),
@@ -66,6 +69,7 @@ pub enum Job {
 pub struct ModelInfo {
     /// Context length, tokens: prompt plus new tokens must fit.
     pub context_len: usize,
+    /// Vocabulary size, tokens.
     pub vocab_size: usize,
 }
 
@@ -100,7 +104,21 @@ impl WorkerHandle {
         // The thread ends when the last handle (sender) is dropped.
         let spawned = std::thread::Builder::new()
             .name("envace-model".into())
-            .spawn(move || serve(model, tokenizer, engine, rx, v));
+            .spawn(move || {
+                // A panic here would silently fail every later request: log it loudly first.
+                let run = std::panic::AssertUnwindSafe(|| serve(model, tokenizer, engine, rx, v));
+                if let Err(panic) = std::panic::catch_unwind(run) {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("unknown panic");
+                    tracing::error!(
+                        panic = what,
+                        "the model thread panicked; requests will fail"
+                    );
+                }
+            });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the model thread; every request will fail");
         }
@@ -121,6 +139,7 @@ impl WorkerHandle {
         Self { tx, version, info }
     }
 
+    /// Context length and vocabulary of the served model.
     pub fn info(&self) -> ModelInfo {
         self.info
     }
@@ -218,7 +237,15 @@ fn serve(
             }
             Job::SetLearner(cfg, reply) => {
                 learner = None;
-                let out = Learner::new(&model, *cfg).map(|l| learner = Some(l));
+                // A k3 KL needs a frozen reference: the weights as they are now.
+                let out = if cfg.grpo.kl_coef.is_some() {
+                    model
+                        .deep_copy()
+                        .and_then(|reference| Learner::with_reference(&model, reference, *cfg))
+                } else {
+                    Learner::new(&model, *cfg)
+                }
+                .map(|l| learner = Some(l));
                 let _ = reply.send(out.map_err(|e| e.to_string()));
             }
             Job::Train(rows, reply) => {
@@ -270,6 +297,9 @@ fn admit(
     version: &AtomicU64,
 ) {
     match job {
+        // Behind a waiting learner or weight job, generation waits too: otherwise a steady
+        // stream of requests would keep the batch busy and starve the job forever.
+        job @ Job::Generate(..) if !deferred.is_empty() => deferred.push_back(job),
         Job::Generate(request, reply) => match engine.add_request(request) {
             Ok(id) => {
                 waiting.insert(id, (reply, PolicyVersion(version.load(Ordering::SeqCst))));

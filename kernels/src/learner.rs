@@ -9,6 +9,14 @@
 //! knob, never a change of objective.
 //!
 //! Prompt positions are never trained: [`score`] only returns completion log-probs.
+//!
+//! Optional KL to a frozen reference (DESIGN.md §2: off by default, k3 `low_var_kl` available):
+//! with `grpo.kl_coef = β` the learner holds a second, frozen [`Model`]
+//! ([`Learner::with_reference`]) and adds `β·k3(π_θ ‖ π_ref)` to the loss, the reference
+//! log-probs being scored without autograd per micro-batch. The reference is a full copy of the
+//! weights (no gradients, no optimizer state): for SmolLM2-135M about 540 MB in f32 (270 MB in
+//! bf16) on its device, plus one no-grad forward pass per micro-batch (about a third of the
+//! policy's forward + backward).
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -74,8 +82,8 @@ impl LearnerConfig {
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] naming the field at fault (and those of
-    /// [`GrpoConfig::validate`]); `grpo.kl_coef` is refused because [`TrainRow`] carries no
-    /// reference log-probs yet.
+    /// [`GrpoConfig::validate`]). Whether a reference model is present for `grpo.kl_coef` is
+    /// checked when the [`Learner`] is built, not here.
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &str, v: String, want: &str| {
             Err(Error::InvalidRequest(format!(
@@ -117,14 +125,7 @@ impl LearnerConfig {
                 "finite and > 0",
             );
         }
-        self.grpo.validate()?;
-        if self.grpo.kl_coef.is_some() {
-            return Err(Error::InvalidRequest(
-                "grpo.kl_coef: the learner has no reference log-probs yet; set kl_coef = false"
-                    .into(),
-            ));
-        }
-        Ok(())
+        self.grpo.validate()
     }
 }
 
@@ -146,7 +147,7 @@ pub struct TrainRow {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepStats {
     /// The batch loss (the weighted sum of micro-batch losses, i.e. the loss of the whole
-    /// batch), before the update.
+    /// batch, `β·ref_kl` included), before the update.
     pub loss: f64,
     /// Global L2 norm of the gradient before clipping.
     pub grad_norm: f64,
@@ -154,6 +155,10 @@ pub struct StepStats {
     pub clip_frac: f64,
     /// Token mean of `old − new` log-prob (0 for supervised steps).
     pub approx_kl: f64,
+    /// k3 KL of the policy to the frozen reference, aggregated as the loss
+    /// (`grpo.loss_agg`), before the update; 0 without a reference and for supervised steps.
+    #[serde(default)]
+    pub ref_kl: f64,
     /// Trained (completion) tokens.
     pub tokens: usize,
     /// Wall time of the step, seconds.
@@ -166,28 +171,72 @@ struct Accumulated {
     loss: f64,
     clip_frac: f64,
     approx_kl: f64,
+    ref_kl: f64,
     tokens: usize,
 }
 
 /// Trains a [`Model`] in place: the optimizer updates the model's own variables, so every other
 /// user of the same handle sees the new weights after [`Learner::step`].
 ///
+/// With `grpo.kl_coef` set it also owns a frozen reference model (see the module docs).
+///
 /// Grad mode is thread-local in libtorch: call the learner from a dedicated thread.
 #[derive(Debug)]
 pub struct Learner<'m> {
     model: &'m Model,
+    /// The frozen π_ref of the k3 penalty; `Some` exactly when `config.grpo.kl_coef` is.
+    reference: Option<Model>,
     optimizer: nn::Optimizer,
     config: LearnerConfig,
     steps: u64,
 }
 
 impl<'m> Learner<'m> {
-    /// An AdamW learner over all trainable variables of `model`.
+    /// An AdamW learner over all trainable variables of `model`, without a reference model.
     ///
     /// # Errors
-    /// [`LearnerConfig::validate`]'s errors; [`Error::Torch`] if libtorch cannot build the
-    /// optimizer.
+    /// [`LearnerConfig::validate`]'s errors; [`Error::InvalidRequest`] when `grpo.kl_coef` is
+    /// set (the KL needs a reference: use [`Learner::with_reference`]); [`Error::Torch`] if
+    /// libtorch cannot build the optimizer.
     pub fn new(model: &'m Model, config: LearnerConfig) -> Result<Self> {
+        if let Some(beta) = config.grpo.kl_coef {
+            config.validate()?;
+            return Err(Error::InvalidRequest(format!(
+                "grpo.kl_coef = {beta} needs a frozen reference model: build the learner with \
+                 Learner::with_reference, or set grpo.kl_coef = false"
+            )));
+        }
+        Self::build(model, None, config)
+    }
+
+    /// An AdamW learner over `model` with `reference` as the frozen π_ref of the k3 KL penalty
+    /// (`grpo.kl_coef`). `reference` must be a separate copy of the weights — typically the
+    /// same source loaded a second time — since `model` changes in place at every step; it can
+    /// live on another device (e.g. the CPU, to spare accelerator memory). Its variables are
+    /// marked as not requiring gradients; it is only ever run without autograd.
+    ///
+    /// # Errors
+    /// [`LearnerConfig::validate`]'s errors; [`Error::InvalidRequest`] when `grpo.kl_coef` is
+    /// off (a reference would be unused) or when the two models' vocabularies differ;
+    /// [`Error::Torch`] if libtorch cannot build the optimizer.
+    pub fn with_reference(
+        model: &'m Model,
+        reference: Model,
+        config: LearnerConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        if config.grpo.kl_coef.is_none() {
+            return Err(Error::InvalidRequest(
+                "a reference model was given but grpo.kl_coef is off: set grpo.kl_coef, or \
+                 build the learner with Learner::new"
+                    .into(),
+            ));
+        }
+        check_reference(model, &reference)?;
+        Self::build(model, Some(freeze(reference)), config)
+    }
+
+    fn build(model: &'m Model, reference: Option<Model>, config: LearnerConfig) -> Result<Self> {
         config.validate()?;
         let optimizer = nn::AdamW::default()
             .beta1(config.betas.0)
@@ -197,10 +246,32 @@ impl<'m> Learner<'m> {
             .build(model.var_store(), config.lr)?;
         Ok(Self {
             model,
+            reference,
             optimizer,
             config,
             steps: 0,
         })
+    }
+
+    /// Replaces the reference model (e.g. to re-anchor the KL at the current policy, loaded
+    /// from a checkpoint) and returns the previous one. The optimizer state is kept.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] when `grpo.kl_coef` is off or the vocabularies differ; the
+    /// current reference is then kept.
+    pub fn set_reference(&mut self, reference: Model) -> Result<Option<Model>> {
+        if self.config.grpo.kl_coef.is_none() {
+            return Err(Error::InvalidRequest(
+                "set_reference: grpo.kl_coef is off, so a reference model would be unused".into(),
+            ));
+        }
+        check_reference(self.model, &reference)?;
+        Ok(self.reference.replace(freeze(reference)))
+    }
+
+    /// The frozen reference model, when `grpo.kl_coef` is set.
+    pub fn reference(&self) -> Option<&Model> {
+        self.reference.as_ref()
     }
 
     /// The configuration the learner runs with.
@@ -221,8 +292,9 @@ impl<'m> Learner<'m> {
     }
 
     /// One role-wise GRPO optimizer step on `rows` (DESIGN.md §1): per micro-batch, score the
-    /// completions with autograd, [`ppo_loss`] against `old_logprobs` and the advantages,
-    /// scale by the micro-batch's share of the aggregation weight and backpropagate; then clip
+    /// completions with autograd (and, with `grpo.kl_coef`, with the reference model without
+    /// autograd), [`ppo_loss`] against `old_logprobs` and the advantages, scale by the
+    /// micro-batch's share of the aggregation weight and backpropagate; then clip
     /// the global gradient norm, step AdamW and zero the gradients.
     ///
     /// # Errors
@@ -247,6 +319,7 @@ impl<'m> Learner<'m> {
             grad_norm,
             clip_frac: acc.clip_frac,
             approx_kl: acc.approx_kl,
+            ref_kl: acc.ref_kl,
             tokens: acc.tokens,
             seconds: start.elapsed().as_secs_f64(),
         })
@@ -299,6 +372,7 @@ impl<'m> Learner<'m> {
             grad_norm,
             clip_frac: 0.0,
             approx_kl: 0.0,
+            ref_kl: 0.0,
             tokens: total,
             seconds: start.elapsed().as_secs_f64(),
         })
@@ -334,7 +408,8 @@ impl<'m> Learner<'m> {
             };
             for range in micro_batches(&score_rows, max_tokens) {
                 let part = &rows[range.clone()];
-                let batch = score(self.model, &score_rows[range], self.config.temperature)?;
+                let scored_rows = &score_rows[range];
+                let batch = score(self.model, scored_rows, self.config.temperature)?;
                 let width = batch.logprobs.size()[1] as usize;
                 let mut old = vec![0f32; part.len() * width];
                 for (i, r) in part.iter().enumerate() {
@@ -346,17 +421,28 @@ impl<'m> Learner<'m> {
                     .to_device(device);
                 let adv: Vec<f32> = part.iter().map(|r| r.advantage).collect();
                 let adv = Tensor::from_slice(&adv).to_device(device);
+                // Same rows, so the same `[rows, longest completion]` layout as `batch`.
+                let reference = match &self.reference {
+                    Some(r) => {
+                        let scored =
+                            tch::no_grad(|| score(r, scored_rows, self.config.temperature))?;
+                        Some(scored.logprobs.to_device(device))
+                    }
+                    None => None,
+                };
                 let (loss, stats) = ppo_loss(
                     &batch.logprobs,
                     &old,
                     &adv,
                     &batch.mask,
-                    None,
+                    reference.as_ref(),
                     &self.config.grpo,
                 )?;
                 let share = stats.weight(agg) / total_weight;
                 (loss * share).f_backward()?;
-                acc.loss += stats.pg_loss * share;
+                let beta = self.config.grpo.kl_coef.unwrap_or(0.0);
+                acc.loss += (stats.pg_loss + beta * stats.kl) * share;
+                acc.ref_kl += stats.kl * share;
                 acc.clip_frac += stats.clip_frac * stats.tokens / tokens as f64;
                 acc.approx_kl += stats.approx_kl * stats.tokens / tokens as f64;
             }
@@ -388,6 +474,26 @@ impl<'m> Learner<'m> {
         self.steps += 1;
         Ok(norm)
     }
+}
+
+/// Marks every variable of `reference` as not requiring gradients: it is π_ref, never trained.
+fn freeze(reference: Model) -> Model {
+    for v in reference.var_store().variables().values() {
+        let _frozen = v.set_requires_grad(false);
+    }
+    reference
+}
+
+/// A reference must score the same token ids as the policy.
+fn check_reference(model: &Model, reference: &Model) -> Result<()> {
+    let (p, r) = (model.config().vocab_size, reference.config().vocab_size);
+    if p != r {
+        return Err(Error::InvalidRequest(format!(
+            "reference model has a vocabulary of {r} tokens, the policy {p}: a reference must \
+             share the policy's tokenizer"
+        )));
+    }
+    Ok(())
 }
 
 /// The global L2 norm of the gradients of `model`'s trainable variables (those that have one),
@@ -789,6 +895,7 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("max_grad_norm"));
+        // kl_coef is a valid value; whether a reference comes with it is the learner's check.
         let kl = LearnerConfig {
             grpo: GrpoConfig {
                 kl_coef: Some(0.001),
@@ -796,6 +903,150 @@ mod tests {
             },
             ..LearnerConfig::default()
         };
-        assert!(kl.validate().unwrap_err().to_string().contains("kl_coef"));
+        kl.validate().unwrap();
+        // Old serialised stats without `ref_kl` still read.
+        let old = r#"{"loss": 1.0, "grad_norm": 2.0, "clip_frac": 0.0, "approx_kl": 0.0,
+                      "tokens": 3, "seconds": 0.1}"#;
+        let stats: StepStats = serde_json::from_str(old).unwrap();
+        assert_eq!((stats.tokens, stats.ref_kl), (3, 0.0));
+    }
+
+    /// An exact copy of `model`'s weights. (`Model::random` with the same seed is not one:
+    /// libtorch's generator is process-wide and tests build models on parallel threads.)
+    fn copy_of(model: &Model) -> Model {
+        let copy = tiny(0);
+        tch::no_grad(|| {
+            let src = model.var_store().variables();
+            for (name, dst) in copy.var_store().variables() {
+                let mut dst = dst;
+                dst.copy_(&src[&name]);
+            }
+        });
+        copy
+    }
+
+    fn kl_config(beta: f64) -> LearnerConfig {
+        LearnerConfig {
+            lr: 1e-3,
+            grpo: GrpoConfig {
+                kl_coef: Some(beta),
+                ..GrpoConfig::default()
+            },
+            ..LearnerConfig::default()
+        }
+    }
+
+    /// A reference is required exactly when `grpo.kl_coef` is set, and must share the
+    /// vocabulary.
+    #[test]
+    fn reference_is_required_iff_kl_coef_is_set() {
+        let model = tiny(2);
+        let err = Learner::new(&model, kl_config(0.1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("grpo.kl_coef") && err.contains("reference"),
+            "{err}"
+        );
+        let err = Learner::with_reference(&model, tiny(2), LearnerConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("grpo.kl_coef is off"), "{err}");
+        let small_vocab = ModelConfig {
+            vocab_size: 512,
+            ..ModelConfig::tiny()
+        };
+        let other = Model::random(&small_vocab, 2, Device::Cpu, Kind::Float).unwrap();
+        let err = Learner::with_reference(&model, other, kl_config(0.1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("vocabulary of 512"), "{err}");
+
+        let mut learner = Learner::with_reference(&model, tiny(2), kl_config(0.1)).unwrap();
+        assert!(learner.reference().is_some());
+        let reference = learner.reference().unwrap();
+        assert!(reference
+            .var_store()
+            .trainable_variables()
+            .iter()
+            .all(|v| !v.requires_grad()));
+        let previous = learner.set_reference(tiny(4)).unwrap();
+        assert!(previous.is_some());
+        let mut plain = Learner::new(&model, LearnerConfig::default()).unwrap();
+        assert!(plain.set_reference(tiny(2)).is_err());
+        assert!(plain.reference().is_none());
+    }
+
+    /// With a reference identical to the policy the first step's KL is 0; advantages that push
+    /// the policy make it positive and equal to the k3 mean computed by hand from the two
+    /// models' own log-probs; micro-batching leaves it unchanged.
+    #[test]
+    fn reference_kl_starts_at_zero_and_grows_as_the_policy_moves() {
+        let model = tiny(6);
+        let config = LearnerConfig {
+            micro_batch_tokens: 16,
+            ..kl_config(0.05)
+        };
+        let mut learner = Learner::with_reference(&model, copy_of(&model), config).unwrap();
+        let mut batch = rows(&model);
+        let first = learner.step(&batch).unwrap();
+        assert!(first.ref_kl.abs() < 1e-7, "{first:?}");
+        let mut kls = vec![first.ref_kl];
+        for _ in 0..4 {
+            // On-policy old log-probs, so the PPO ratio never clips the push.
+            let now = score_no_grad(&model, &score_rows_of(&batch), 1.0, 4096).unwrap();
+            for (r, lp) in batch.iter_mut().zip(now) {
+                r.old_logprobs = lp;
+            }
+            // The KL stats are taken before the update: compare with a hand-computed k3 now.
+            let policy = score_no_grad(&model, &score_rows_of(&batch), 1.0, 4096).unwrap();
+            let reference = score_no_grad(
+                learner.reference().unwrap(),
+                &score_rows_of(&batch),
+                1.0,
+                4096,
+            )
+            .unwrap();
+            let (mut sum, mut n) = (0.0, 0.0);
+            for (p, r) in policy.iter().zip(&reference) {
+                for (&p, &r) in p.iter().zip(r) {
+                    let d = f64::from(r - p);
+                    sum += d.exp() - d - 1.0;
+                    n += 1.0;
+                }
+            }
+            let stats = learner.step(&batch).unwrap();
+            assert!(
+                (stats.ref_kl - sum / n).abs() < 1e-5 * (1.0 + sum / n),
+                "{} vs {}",
+                stats.ref_kl,
+                sum / n
+            );
+            kls.push(stats.ref_kl);
+        }
+        assert!(kls[4] > 1e-4 && kls[4] > kls[1], "{kls:?}");
+
+        // The whole batch in one piece gives the same KL as one-row micro-batches.
+        learner.optimizer.zero_grad();
+        let whole = learner.accumulate_gradients(&batch, 1 << 20).unwrap();
+        let split = learner.accumulate_gradients(&batch, 1).unwrap();
+        learner.optimizer.zero_grad();
+        assert!(
+            (whole.ref_kl - split.ref_kl).abs() < 1e-7,
+            "{whole:?} vs {split:?}"
+        );
+        assert!(
+            (whole.loss - split.loss).abs() < 1e-6,
+            "{whole:?} vs {split:?}"
+        );
+    }
+
+    fn score_rows_of(rows: &[TrainRow]) -> Vec<ScoreRow> {
+        rows.iter()
+            .map(|r| ScoreRow {
+                prompt_ids: r.prompt_ids.clone(),
+                completion_ids: r.completion_ids.clone(),
+            })
+            .collect()
     }
 }

@@ -50,6 +50,8 @@ enum Command {
     /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
     /// the table and writes report.json and training.png into the run folder.
     Demo(pipeline::RunArgs),
+    /// Print a preset's complete configuration as TOML (a starting point for `--config`).
+    Config(pipeline::ConfigArgs),
 }
 
 /// Model, device and dtype, shared by the subcommands that load a model.
@@ -87,6 +89,7 @@ pub fn run() -> ExitCode {
         Command::Train(args) => pipeline::run(pipeline::Stage::Train, args),
         Command::Eval(args) => pipeline::eval(args),
         Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
+        Command::Config(args) => pipeline::print_config(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

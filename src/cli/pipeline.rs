@@ -127,3 +127,17 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         Ok(())
     })
 }
+
+/// Options of `envace config`.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// `smollm2` or `tiny`.
+    #[arg(long, default_value = "smollm2")]
+    pub preset: Preset,
+}
+
+/// `envace config`: the preset as a complete TOML file on stdout.
+pub fn print_config(args: ConfigArgs) -> Result<()> {
+    print!("{}", RunConfig::preset(args.preset).to_toml());
+    Ok(())
+}

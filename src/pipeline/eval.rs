@@ -52,12 +52,14 @@ impl Pipeline {
     /// # Errors
     /// The checkpoint does not exist (run the stage that makes it first).
     pub async fn load_variant(&self, variant: Variant) -> Result<()> {
-        let name = match variant {
+        let path = match variant {
             Variant::Base => return Ok(()),
-            Variant::Sft => SFT_RUN.to_string(),
-            Variant::Envace => format!("{TRAIN_RUN}-latest"),
+            Variant::Sft => self.checkpoint_path(SFT_RUN),
+            Variant::Envace => match self.latest_checkpoint().await? {
+                Some(c) => c.path,
+                None => self.checkpoint_path(&format!("{TRAIN_RUN}-step1")),
+            },
         };
-        let path = self.checkpoint_path(&name);
         if !path.exists() {
             bail!(
                 "no {} checkpoint at {}: run `envace {}` first",
@@ -134,9 +136,36 @@ impl Pipeline {
         }
         let mut trajectories: Vec<Trajectory> = set.join_all().await;
         bar.finish_and_clear();
+        agents.judge.get().stop(None);
+        if !trajectories.is_empty()
+            && trajectories
+                .iter()
+                .all(|t| t.termination == Termination::ActorFailed)
+        {
+            bail!(
+                "eval {}: every episode failed: {}",
+                variant.name(),
+                trajectories
+                    .first()
+                    .and_then(|t| t.messages.first())
+                    .map_or("", |m| m.content.as_str())
+            );
+        }
         trajectories.sort_by(|a, b| a.task.cmp(&b.task));
         let calls = self.topology.real_env_calls() - calls_before;
-        let per_task: Vec<TaskResult> = trajectories.iter().map(task_result).collect();
+        let per_task: Vec<TaskResult> = trajectories
+            .iter()
+            .map(|t| {
+                let turns = self
+                    .suite
+                    .train
+                    .iter()
+                    .chain(&self.suite.test)
+                    .find(|task| task.id == t.task)
+                    .map_or(t.verdicts.len(), |task| task.user_turns.len());
+                task_result(t, turns)
+            })
+            .collect();
         let turns: u64 = per_task.iter().map(|t| u64::from(t.turns)).sum();
         let passed: u64 = per_task.iter().map(|t| u64::from(t.turns_passed)).sum();
         let tokens: u64 = trajectories
@@ -192,8 +221,10 @@ impl Pipeline {
     }
 }
 
-fn task_result(t: &Trajectory) -> TaskResult {
-    let turns = t.verdicts.len() as u32;
+/// A task's result; `turns` is the task's number of user turns (a failed episode has no
+/// verdicts, and its turns still count as failed).
+fn task_result(t: &Trajectory, turns: usize) -> TaskResult {
+    let turns = turns as u32;
     let turns_passed = t.verdicts.iter().filter(|v| v.passed).count() as u32;
     TaskResult {
         task: t.task.0.clone(),

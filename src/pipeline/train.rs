@@ -15,7 +15,10 @@ use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::worker::Job;
 use crate::report::{StageReport, StepMetrics};
-use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Trajectory};
+use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
+
+/// Key of the policy version in a training checkpoint's metrics.
+const POLICY_VERSION_KEY: &str = "policy_version";
 
 impl Pipeline {
     /// Trains until `train.steps` steps are done, resuming after the last committed step.
@@ -34,9 +37,28 @@ impl Pipeline {
             .map_err(|e| anyhow!(e))?;
         let (first_step, mut cursor) = match &resumed {
             Some(state) => {
-                let path = self.checkpoint_path(&format!("{TRAIN_RUN}-latest"));
-                self.load_weights(path, PolicyVersion(state.step)).await?;
-                eprintln!("train: resuming run {TRAIN_RUN} after step {}", state.step);
+                // The checkpoint committed with the run state, never a newer file on disk.
+                let checkpoint = self.latest_checkpoint().await?.ok_or_else(|| {
+                    anyhow!("run {TRAIN_RUN} has a run state but no checkpoint record")
+                })?;
+                if checkpoint.step != state.step {
+                    bail!(
+                        "run {TRAIN_RUN}: the run state is at step {} but the last checkpoint at {}",
+                        state.step,
+                        checkpoint.step
+                    );
+                }
+                let version = checkpoint
+                    .metrics
+                    .get(POLICY_VERSION_KEY)
+                    .map_or(state.step, |v| *v as u64);
+                self.load_weights(checkpoint.path.clone(), PolicyVersion(version))
+                    .await?;
+                eprintln!(
+                    "train: resuming run {TRAIN_RUN} after step {} (policy version {version}; \
+                     the AdamW moments start afresh)",
+                    state.step
+                );
                 (state.step, state.data_cursor as usize)
             }
             None => {
@@ -114,23 +136,39 @@ impl Pipeline {
             tokens += step_tokens;
             let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
             let reward_mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
-            let out = learner
-                .ask("learner", |r| LearnerMsg::GrpoStep(trajectories.clone(), r))
-                .await?;
-            let (stats, per_role, version) = match out {
-                Ok(s) => (s.stats, s.per_role, s.policy_version),
-                Err(e) => {
-                    // Nothing trainable (e.g. every row empty): keep the trajectories, move on.
-                    tracing::warn!(step, error = %e, "learner step skipped");
-                    (
-                        Default::default(),
-                        Default::default(),
-                        self.topology.worker.policy_version(),
-                    )
-                }
+            if trajectories
+                .iter()
+                .all(|t| t.termination == Termination::ActorFailed)
+            {
+                bail!(
+                    "train step {step}: every episode failed: {}",
+                    trajectories[0]
+                        .messages
+                        .first()
+                        .map_or("", |m| m.content.as_str())
+                );
+            }
+            let trainable = trajectories
+                .iter()
+                .flat_map(|t| &t.rows)
+                .any(|r| !r.completion_ids.is_empty());
+            let (stats, per_role, version) = if trainable {
+                let out = learner
+                    .ask("learner", |r| LearnerMsg::GrpoStep(trajectories.clone(), r))
+                    .await?
+                    .map_err(|e| anyhow!("train step {step}: learner: {e}"))?;
+                (out.stats, out.per_role, out.policy_version)
+            } else {
+                // Only failed episodes without rows: keep them, no update this step.
+                tracing::warn!(step, "no trainable rows; no optimizer step");
+                (
+                    Default::default(),
+                    Default::default(),
+                    self.topology.worker.policy_version(),
+                )
             };
-            let latest = self.checkpoint_path(&format!("{TRAIN_RUN}-latest"));
-            self.save_weights(latest.clone()).await?;
+            let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
+            self.save_weights(path.clone()).await?;
             let role = |r: Role| per_role.get(&r.to_string()).copied().unwrap_or_default();
             let (act, reh) = (role(Role::Act), role(Role::Rehearse));
             let m = StepMetrics {
@@ -144,7 +182,8 @@ impl Pipeline {
                 adv_mean_rehearse: reh.adv_mean,
                 adv_std_rehearse: reh.adv_std,
                 loss: stats.loss,
-                kl: stats.approx_kl,
+                kl: stats.ref_kl,
+                approx_kl: stats.approx_kl,
                 clip_frac: stats.clip_frac,
                 grad_norm: stats.grad_norm,
                 tokens: step_tokens,
@@ -189,10 +228,11 @@ impl Pipeline {
             let checkpoint = Checkpoint {
                 run: run.clone(),
                 step: step + 1,
-                path: latest,
+                path,
                 metrics: [
                     ("reward_mean".to_string(), m.reward_mean),
                     ("loss".to_string(), m.loss),
+                    (POLICY_VERSION_KEY.to_string(), version.0 as f64),
                 ]
                 .into_iter()
                 .collect(),
@@ -206,6 +246,13 @@ impl Pipeline {
                 })
                 .await?
                 .map_err(|e| anyhow!(e))?;
+            // The previous step's weights are no longer the committed checkpoint.
+            if step > 0 {
+                let old = self.checkpoint_path(&format!("{TRAIN_RUN}-step{step}"));
+                if let Err(e) = std::fs::remove_file(&old) {
+                    tracing::debug!(path = %old.display(), error = %e, "old checkpoint kept");
+                }
+            }
             self.report.train.steps.push(m);
             self.report.train.real_env_calls = self.topology.real_env_calls() - calls_before;
             self.save_report()?;
@@ -234,6 +281,20 @@ impl Pipeline {
         };
         self.record_stage("train", stage.clone());
         Ok(stage)
+    }
+
+    /// The last committed checkpoint of the training run, if any.
+    ///
+    /// # Errors
+    /// The store cannot be read.
+    pub async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
+        let run = RunId::from(TRAIN_RUN);
+        let all = self
+            .memory()
+            .ask("memory", |r| MemoryMsg::Checkpoints(run, r))
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        Ok(all.into_iter().max_by_key(|c| c.step))
     }
 
     /// Writes the shared weights to `path` (atomically: a temporary file, then a rename).

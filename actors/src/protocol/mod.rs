@@ -22,6 +22,7 @@
 
 pub mod act;
 pub mod facts;
+mod json;
 pub mod rehearse;
 pub mod tools;
 
@@ -29,6 +30,7 @@ pub use act::{
     act_messages, parse_act, render_act_target, ActErrorCode, ActOutput, ActParseError, ACT_SYSTEM,
 };
 pub use facts::SeedPool;
+pub use json::python_json;
 pub use rehearse::{
     parse_rehearse, rehearse_messages, render_rehearse_target, RehearseErrorCode,
     RehearseParseError, REHEARSE_STOP, REHEARSE_SYSTEM,
