@@ -32,6 +32,8 @@ pub struct RunConfig {
     pub sft: SftConfig,
     pub train: TrainConfig,
     pub eval: EvalConfig,
+    /// Test-time scaling (private rehearsal before the committed execution).
+    pub tts: crate::pipeline::TtsConfig,
 }
 
 /// Which model and in which dtype.

@@ -1,8 +1,24 @@
 //! envace actors: the Engine, Acting, Rehearsal, Environment, Judge, Learner and Memory actors
 //! that exchange messages over ractor around one shared model handle.
 //!
-//! This crate is the home of the actor layer (issue 5); the kernels it hosts live in
-//! [`envace_kernels`], the records it persists in [`envace_storage`].
+//! The data path: an [`EpisodeTask`] is played by the [`episode`] driver — Act turns from the
+//! [`acting`] actor, tool results from the [`rehearsal`] actor (self-rehearsal) or the
+//! [`env_actor`] (real), turn scores from the [`judge_actor`] — into a
+//! [`storage::Trajectory`] whose rows (role, exact ids, log-probs, policy version) the
+//! [`learner`] actor turns into role-wise GRPO steps on the weights the [`worker`] thread owns;
+//! the [`memory`] actor persists it all in sled. The [`supervisor`] restarts failed actors and
+//! a [`topology`] starts one run's set. The kernels it hosts live in [`envace_kernels`], the
+//! records it persists in [`envace_storage`].
+//!
+//! ```
+//! use envace_actors::protocol::{parse_act, ActErrorCode};
+//!
+//! let turn = "<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>";
+//! let parsed = parse_act(turn, &["ls", "cd"]).expect("a valid turn");
+//! assert_eq!(parsed.calls[0].name, "ls");
+//! let err = parse_act("<tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call>", &["ls"]);
+//! assert_eq!(err.unwrap_err().code, ActErrorCode::UnknownTool);
+//! ```
 
 pub use envace_kernels as kernels;
 pub use envace_storage as storage;
@@ -25,5 +41,5 @@ pub mod topology;
 pub mod worker;
 
 pub use environment::{EnvTask, Environment, EnvironmentError, Observation, ToolCall};
-pub use judge::{ChecklistItem, Judge, JudgeTask, TurnCalls, TurnScore, Verdict};
+pub use judge::{ChecklistItem, Judge, JudgeTask, PassThroughJudge, TurnCalls, TurnScore, Verdict};
 pub use task::{tool_name, EpisodeTask, Split};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::storage::{
-    Checkpoint, Prefix, RehearsalMemory, RunId, RunState, SeedTrajectory, Store, Task, Trajectory,
-    WriteSet,
+    Checkpoint, Prefix, RehearsalMemory, RunId, RunState, SampleKey, SeedTrajectory, Store, Task,
+    TaskId, Trajectory, WriteSet,
 };
 
 /// Messages of the Memory actor. Replies carry storage errors as text.
@@ -28,6 +28,12 @@ pub enum MemoryMsg {
     /// A run's checkpoints, oldest first.
     Checkpoints(RunId, RpcReplyPort<Result<Vec<Checkpoint>, String>>),
     PutMemory(Box<RehearsalMemory>, RpcReplyPort<Result<(), String>>),
+    /// The stored rehearsal memory of (run, step 0, task, sample 0), if any.
+    GetMemory(
+        RunId,
+        TaskId,
+        RpcReplyPort<Result<Option<RehearsalMemory>, String>>,
+    ),
 }
 
 /// The Memory actor; its argument is the open store.
@@ -104,6 +110,15 @@ impl Actor for MemoryActor {
             }
             MemoryMsg::PutMemory(m, reply) => {
                 let _ = reply.send(store.put(&*m).map(drop).map_err(text));
+            }
+            MemoryMsg::GetMemory(run, task, reply) => {
+                let key = SampleKey {
+                    run,
+                    step: 0,
+                    task,
+                    sample: 0,
+                };
+                let _ = reply.send(store.get::<RehearsalMemory>(&key).map_err(text));
             }
         }
         Ok(())

@@ -55,6 +55,15 @@ enum InspectWhat {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
+    /// The rehearsal memories of a task (test-time scaling): mode, N, policy version, each
+    /// rehearsal's length and critique, and the condensed memory m_x.
+    Memory {
+        /// The task id, e.g. `multi_turn_base_150`.
+        task: String,
+        /// Only this run (e.g. `tts-envace-parallel-2`).
+        #[arg(long)]
+        run: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -116,8 +125,45 @@ pub fn inspect(args: InspectArgs) -> Result<()> {
             };
             list_trajectories(&store, &prefix, limit)
         }
+        Some(InspectWhat::Memory { task, run }) => render_memories(&store, &task, run.as_deref())?,
     };
     write_stdout(&text)
+}
+
+/// Every stored rehearsal memory of `task` (of `run` only, when given), as text.
+fn render_memories(store: &Store, task: &str, run: Option<&str>) -> Result<String> {
+    let mut out = String::new();
+    for entry in store.scan::<RehearsalMemory>(&Prefix::all()) {
+        let (key, m) = entry?;
+        if m.task.0 != task || run.is_some_and(|r| r != m.run.0) {
+            continue;
+        }
+        out.push_str(&format!(
+            "memory {key}\n  mode {} | N {} | policy v{} | {} characters\n",
+            snake(&m.mode),
+            m.n,
+            m.policy_version.0,
+            m.summary.chars().count()
+        ));
+        for (i, (r, c)) in m.rehearsals.iter().zip(&m.critiques).enumerate() {
+            out.push_str(&format!(
+                "\n  rehearsal {} ({} messages)\n  critique: {}\n",
+                i + 1,
+                r.len(),
+                sanitize(c)
+            ));
+        }
+        out.push_str(&format!(
+            "\n  m_x:\n    {}\n\n",
+            sanitize(&m.summary).replace('\n', "\n    ")
+        ));
+    }
+    if out.is_empty() {
+        anyhow::bail!(
+            "no rehearsal memory for task {task}; `envace eval --tts parallel:N` makes them"
+        );
+    }
+    Ok(out)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

@@ -50,6 +50,9 @@ enum Command {
     /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
     /// the table and writes report.json and training.png into the run folder.
     Demo(pipeline::RunArgs),
+    /// Test-time scaling table: no rehearsal, parallel and sequential N = 1, 2, 3, for the
+    /// base and the trained model, on the same test tasks.
+    TtsTable(pipeline::TtsTableArgs),
     /// Print a preset's complete configuration as TOML (a starting point for `--config`).
     Config(pipeline::ConfigArgs),
 }
@@ -90,6 +93,7 @@ pub fn run() -> ExitCode {
         Command::Eval(args) => pipeline::eval(args),
         Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
         Command::Config(args) => pipeline::print_config(args),
+        Command::TtsTable(args) => pipeline::tts_table_command(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

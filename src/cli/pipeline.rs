@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use envace::config::{Preset, RunConfig};
-use envace::pipeline::{demo, Pipeline, Variant};
+use envace::pipeline::{demo, tts_table, Pipeline, TtsSpec, Variant};
+use envace::storage::RehearsalMode;
 
 /// Where the run lives and how it is configured.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// The run folder (config.toml, db/, checkpoints/, report.json, training.png).
-    #[arg(long, default_value = "runs/demo")]
+    #[arg(long, alias = "run", default_value = "runs/demo")]
     pub out: PathBuf,
     /// Budget preset: `smollm2` (embedded model, ~10 min on 2 CPU cores) or `tiny` (tests).
     #[arg(long, default_value = "smollm2")]
@@ -69,6 +70,29 @@ pub struct EvalArgs {
     /// `test` (default) or `train`.
     #[arg(long)]
     pub split: Option<String>,
+    /// Test-time scaling: `parallel:N` or `sequential:N` private rehearsals (no real call)
+    /// condensed into a memory before one committed real execution.
+    #[arg(long)]
+    pub tts: Option<TtsSpec>,
+    /// With --tts: use a memory already stored for the task instead of rehearsing again.
+    #[arg(long, requires = "tts")]
+    pub reuse_memory: bool,
+}
+
+/// Options of `envace tts-table`.
+#[derive(Debug, Clone, Args)]
+pub struct TtsTableArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Evaluate only the first K tasks of the split.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Rehearsal counts N to try in each mode.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub n: Vec<u32>,
+    /// Variants to compare (`envace` needs a trained run folder; skipped without one).
+    #[arg(long, value_delimiter = ',', default_value = "base,envace")]
+    pub variants: Vec<Variant>,
 }
 
 /// Which stage to run.
@@ -116,14 +140,23 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         let mut p = Pipeline::open(cfg, &args.run.out, &name).await?;
         let out = async {
             p.load_variant(args.variant).await?;
-            p.eval(args.variant, args.limit).await
+            match args.tts {
+                Some(tts) => p
+                    .eval_tts(args.variant, Some(tts), args.limit, args.reuse_memory)
+                    .await
+                    .map(|r| tts_table(&[r])),
+                None => p
+                    .eval(args.variant, args.limit)
+                    .await
+                    .map(|_| p.report.summary_table()),
+            }
         }
         .await;
         let saved = p.save_report();
         p.shutdown();
-        out?;
+        let table = out?;
         saved?;
-        println!("{}", p.report.summary_table());
+        println!("{table}");
         Ok(())
     })
 }
@@ -140,4 +173,39 @@ pub struct ConfigArgs {
 pub fn print_config(args: ConfigArgs) -> Result<()> {
     print!("{}", RunConfig::preset(args.preset).to_toml());
     Ok(())
+}
+
+/// `envace tts-table`: no TTS, then parallel and sequential rehearsal for each N, for each
+/// variant, on the same tasks; prints the table and adds every row to the report.
+pub fn tts_table_command(args: TtsTableArgs) -> Result<()> {
+    let (cfg, name) = args.run.config()?;
+    let rt = args.run.runtime()?;
+    rt.block_on(async {
+        let mut p = Pipeline::open(cfg, &args.run.out, &name).await?;
+        let out = async {
+            let mut rows = Vec::new();
+            for &variant in &args.variants {
+                if let Err(e) = p.load_variant(variant).await {
+                    eprintln!("tts-table: skipping {}: {e}", variant.name());
+                    continue;
+                }
+                rows.push(p.eval_tts(variant, None, args.limit, false).await?);
+                for mode in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
+                    for &n in &args.n {
+                        let spec = TtsSpec { mode, n };
+                        rows.push(p.eval_tts(variant, Some(spec), args.limit, false).await?);
+                        p.save_report()?;
+                    }
+                }
+            }
+            anyhow::Ok(rows)
+        }
+        .await;
+        let saved = p.save_report();
+        p.shutdown();
+        let rows = out?;
+        saved?;
+        println!("{}", tts_table(&rows));
+        Ok(())
+    })
 }

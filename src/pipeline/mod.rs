@@ -11,6 +11,7 @@ mod collect;
 mod eval;
 mod sft;
 mod train;
+mod tts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::storage::{Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
 pub use eval::Variant;
+pub use tts::{tts_table, TtsConfig, TtsResult, TtsSpec};
 
 /// The run name of self-rehearsal training in sled (trajectories, run state, checkpoints).
 pub const TRAIN_RUN: &str = "envace";

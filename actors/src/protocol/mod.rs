@@ -23,6 +23,7 @@
 pub mod act;
 pub mod facts;
 mod json;
+pub mod memory;
 pub mod rehearse;
 pub mod tools;
 
@@ -31,6 +32,7 @@ pub use act::{
 };
 pub use facts::SeedPool;
 pub use json::python_json;
+pub use memory::{condense, critique_messages, CRITIQUE_SYSTEM, MEMORY_HEADER};
 pub use rehearse::{
     parse_rehearse, rehearse_messages, render_rehearse_target, RehearseErrorCode,
     RehearseParseError, REHEARSE_STOP, REHEARSE_SYSTEM,
