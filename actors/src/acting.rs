@@ -6,7 +6,8 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::engine::EngineMsg;
-use crate::kernels::{GenerationRequest, SamplingParams};
+use crate::generation::{generate_row, prepare, reply_later, Prepared};
+use crate::kernels::SamplingParams;
 use crate::protocol::{
     act_messages, parse_act, ActOutput, ActParseError, PromptKit, ToolRendering,
 };
@@ -91,63 +92,31 @@ impl Actor for ActingActor {
             &request.history,
             request.memory.as_deref(),
         );
-        let prompt_ids = match state.kit.encode_chat(&messages, true) {
-            Ok(ids) => ids,
+        let prepared = prepare(
+            &state.kit,
+            state.info,
+            &messages,
+            request.params,
+            None,
+            "Act",
+        );
+        let generation = match prepared {
             Err(e) => {
-                let _ = reply.send(Err(format!("rendering the Act prompt: {e}")));
+                let _ = reply.send(Err(e));
                 return Ok(());
             }
-        };
-        let mut params = request.params;
-        if let Some(eos) = state.kit.eos_id() {
-            if !params.stop_token_ids.contains(&eos) {
-                params.stop_token_ids.push(eos);
+            Ok(Prepared::TooLong { prompt_tokens }) => {
+                let _ = reply.send(Ok(ActTurn::LengthExceeded { prompt_tokens }));
+                return Ok(());
             }
-        }
-        if prompt_ids.len() + params.max_new_tokens > state.info.context_len {
-            let _ = reply.send(Ok(ActTurn::LengthExceeded {
-                prompt_tokens: prompt_ids.len(),
-            }));
-            return Ok(());
-        }
-        let engine = state.engine.clone();
-        let kit = state.kit.clone();
-        tokio::spawn(async move {
-            let out = generate_turn(&engine, &kit, &request.task, prompt_ids, params).await;
-            let _ = reply.send(out);
+            Ok(Prepared::Ready(generation)) => generation,
+        };
+        let (engine, kit, task) = (state.engine.clone(), state.kit.clone(), request.task);
+        reply_later(reply, async move {
+            let (row, text) = generate_row(&engine, &kit, Role::Act, generation).await?;
+            let parsed = parse_act(&text, &task.tool_names());
+            Ok(ActTurn::Generated { row, text, parsed })
         });
         Ok(())
     }
-}
-
-async fn generate_turn(
-    engine: &Slot<EngineMsg>,
-    kit: &PromptKit,
-    task: &EpisodeTask,
-    prompt_ids: Vec<u32>,
-    params: SamplingParams,
-) -> Result<ActTurn, String> {
-    let request = GenerationRequest {
-        prompt_ids: prompt_ids.clone(),
-        params,
-    };
-    let generated = engine
-        .ask("engine", |r| EngineMsg::Generate(request, r))
-        .await
-        .map_err(|e| e.to_string())??;
-    let text = kit
-        .decode(&generated.completion_ids)
-        .map_err(|e| format!("decoding an Act turn: {e}"))?;
-    let parsed = parse_act(&text, &task.tool_names());
-    Ok(ActTurn::Generated {
-        row: Row {
-            role: Role::Act,
-            prompt_ids,
-            completion_ids: generated.completion_ids,
-            logprobs: generated.logprobs,
-            policy_version: generated.policy_version,
-        },
-        text,
-        parsed,
-    })
 }

@@ -28,6 +28,7 @@ pub mod engine;
 pub mod env_actor;
 pub mod environment;
 pub mod episode;
+mod generation;
 pub mod judge;
 pub mod judge_actor;
 pub mod learner;

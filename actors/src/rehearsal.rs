@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use crate::engine::EngineMsg;
 use crate::environment::ToolCall;
-use crate::kernels::{GenerationRequest, SamplingParams};
+use crate::generation::{generate_row, prepare, reply_later, Prepared};
+use crate::kernels::SamplingParams;
 use crate::protocol::{
     parse_rehearse, rehearse_messages, PromptKit, RehearseParseError, ToolRendering, REHEARSE_STOP,
 };
@@ -103,58 +104,30 @@ impl Actor for RehearsalActor {
             &request.act_text,
             &request.call,
         );
-        let prompt_ids = match state.kit.encode_chat(&messages, true) {
-            Ok(ids) => ids,
+        let prepared = prepare(
+            &state.kit,
+            state.info,
+            &messages,
+            request.params,
+            Some(REHEARSE_STOP),
+            "Rehearse",
+        );
+        let generation = match prepared {
             Err(e) => {
-                let _ = reply.send(Err(format!("rendering the Rehearse prompt: {e}")));
+                let _ = reply.send(Err(e));
                 return Ok(());
             }
+            Ok(Prepared::TooLong { prompt_tokens }) => {
+                let _ = reply.send(Ok(RehearseTurn::LengthExceeded { prompt_tokens }));
+                return Ok(());
+            }
+            Ok(Prepared::Ready(generation)) => generation,
         };
-        let mut params = request.params;
-        if let Some(eos) = state.kit.eos_id() {
-            if !params.stop_token_ids.contains(&eos) {
-                params.stop_token_ids.push(eos);
-            }
-        }
-        if !params.stop_strings.iter().any(|s| s == REHEARSE_STOP) {
-            params.stop_strings.push(REHEARSE_STOP.to_string());
-        }
-        if prompt_ids.len() + params.max_new_tokens > state.info.context_len {
-            let _ = reply.send(Ok(RehearseTurn::LengthExceeded {
-                prompt_tokens: prompt_ids.len(),
-            }));
-            return Ok(());
-        }
-        let engine = state.engine.clone();
-        let kit = state.kit.clone();
-        tokio::spawn(async move {
-            let request = GenerationRequest {
-                prompt_ids: prompt_ids.clone(),
-                params,
-            };
-            let out = async {
-                let generated = engine
-                    .ask("engine", |r| EngineMsg::Generate(request, r))
-                    .await
-                    .map_err(|e| e.to_string())??;
-                let text = kit
-                    .decode(&generated.completion_ids)
-                    .map_err(|e| format!("decoding a Rehearse turn: {e}"))?;
-                let parsed = parse_rehearse(&text);
-                Ok(RehearseTurn::Generated {
-                    row: Row {
-                        role: Role::Rehearse,
-                        prompt_ids,
-                        completion_ids: generated.completion_ids,
-                        logprobs: generated.logprobs,
-                        policy_version: generated.policy_version,
-                    },
-                    text,
-                    parsed,
-                })
-            }
-            .await;
-            let _ = reply.send(out);
+        let (engine, kit) = (state.engine.clone(), state.kit.clone());
+        reply_later(reply, async move {
+            let (row, text) = generate_row(&engine, &kit, Role::Rehearse, generation).await?;
+            let parsed = parse_rehearse(&text);
+            Ok(RehearseTurn::Generated { row, text, parsed })
         });
         Ok(())
     }

@@ -7,9 +7,9 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Result};
 
 use super::{progress, secs, Pipeline, SFT_RUN, TRAIN_RUN};
-use crate::actors::episode::{run_episode_supervised, EpisodeSpec};
+use crate::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
 use crate::actors::memory::MemoryMsg;
-use crate::actors::Split;
+use crate::actors::{EpisodeTask, Split};
 use crate::report::{EvalReport, StageReport, TaskResult};
 use crate::storage::{PolicyVersion, RunId, Termination, Trajectory};
 
@@ -75,14 +75,11 @@ impl Pipeline {
         self.load_weights(path, PolicyVersion(0)).await
     }
 
-    /// Evaluates the current weights as `variant` on `eval.split` (first `eval.tasks` tasks,
-    /// or `limit`) in the real environment; records the result under `variants.<name>` and the
-    /// stage `eval_<name>`.
+    /// The split of `eval.split` and its first `limit` (or `eval.tasks`) tasks.
     ///
     /// # Errors
-    /// An actor fails to start or the store fails; failed episodes are results, not errors.
-    pub async fn eval(&mut self, variant: Variant, limit: Option<usize>) -> Result<EvalReport> {
-        let start = Instant::now();
+    /// `eval.split` is not `train` or `test`.
+    pub fn eval_tasks(&self, limit: Option<usize>) -> Result<(Split, Vec<EpisodeTask>)> {
         let split: Split = self
             .cfg
             .eval
@@ -93,11 +90,32 @@ impl Pipeline {
             Split::Train => &self.suite.train,
             Split::Test => &self.suite.test,
         };
-        let n = limit
-            .or(self.cfg.eval.tasks)
-            .unwrap_or(tasks.len())
-            .min(tasks.len());
-        let tasks: Vec<_> = tasks.iter().take(n).cloned().collect();
+        let n = limit.or(self.cfg.eval.tasks).unwrap_or(tasks.len());
+        Ok((split, tasks.iter().take(n).cloned().collect()))
+    }
+
+    /// How evaluation episodes are played: the rollout settings with the evaluation sampling
+    /// (DESIGN.md §2: temperature 0.6, top-p 0.95), every user turn, the evaluation budget.
+    pub fn eval_episode_config(&self) -> EpisodeConfig {
+        let mut ep = self.cfg.rollout.clone();
+        ep.temperature = self.cfg.eval.temperature;
+        ep.top_p = self.cfg.eval.top_p;
+        ep.top_k = 0;
+        ep.max_user_turns = None;
+        ep.act_max_new_tokens = self.cfg.eval.act_max_new_tokens;
+        ep
+    }
+
+    /// Evaluates the current weights as `variant` on `eval.split` (first `eval.tasks` tasks,
+    /// or `limit`) in the real environment; records the result under `variants.<name>` and the
+    /// stage `eval_<name>`.
+    ///
+    /// # Errors
+    /// An actor fails to start or the store fails; failed episodes are results, not errors.
+    pub async fn eval(&mut self, variant: Variant, limit: Option<usize>) -> Result<EvalReport> {
+        let start = Instant::now();
+        let (split, tasks) = self.eval_tasks(limit)?;
+        let n = tasks.len();
         let judge = self
             .topology
             .start_judge(
@@ -107,12 +125,7 @@ impl Pipeline {
             .await
             .map_err(|e| anyhow!(e))?;
         let agents = self.topology.real_agents(judge).map_err(|e| anyhow!(e))?;
-        let mut ep = self.cfg.rollout.clone();
-        ep.temperature = self.cfg.eval.temperature;
-        ep.top_p = self.cfg.eval.top_p;
-        ep.top_k = 0;
-        ep.max_user_turns = None;
-        ep.act_max_new_tokens = self.cfg.eval.act_max_new_tokens;
+        let ep = self.eval_episode_config();
         let run = RunId(format!("eval-{}", variant.name()));
         let calls_before = self.topology.real_env_calls();
         let bar = progress(n as u64, variant.name());

@@ -22,7 +22,7 @@ use crate::actors::engine::EngineMsg;
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeConfig, EpisodeSpec};
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::{condense, critique_messages};
-use crate::actors::{EpisodeTask, PassThroughJudge, Split};
+use crate::actors::{EpisodeTask, PassThroughJudge};
 use crate::kernels::{GenerationRequest, SamplingParams};
 use crate::storage::{RehearsalMemory, RehearsalMode, RunId, Termination, Trajectory};
 
@@ -135,21 +135,8 @@ impl Pipeline {
         reuse_memory: bool,
     ) -> Result<TtsResult> {
         let start = Instant::now();
-        let split: Split = self
-            .cfg
-            .eval
-            .split
-            .parse()
-            .map_err(|e: String| anyhow!(e))?;
-        let tasks = match split {
-            Split::Train => &self.suite.train,
-            Split::Test => &self.suite.test,
-        };
-        let n_tasks = limit
-            .or(self.cfg.eval.tasks)
-            .unwrap_or(tasks.len())
-            .min(tasks.len());
-        let tasks: Vec<EpisodeTask> = tasks.iter().take(n_tasks).cloned().collect();
+        let (split, tasks) = self.eval_tasks(limit)?;
+        let n_tasks = tasks.len();
         let pool = self.seed_pool().await?;
         let rehearsal_judge = self
             .topology
@@ -175,12 +162,7 @@ impl Pipeline {
             .topology
             .real_agents(checker.clone())
             .map_err(|e| anyhow!(e))?;
-        let mut eval = self.cfg.rollout.clone();
-        eval.temperature = self.cfg.eval.temperature;
-        eval.top_p = self.cfg.eval.top_p;
-        eval.top_k = 0;
-        eval.max_user_turns = None;
-        eval.act_max_new_tokens = self.cfg.eval.act_max_new_tokens;
+        let eval = self.eval_episode_config();
         let run_name = match tts {
             Some(t) => format!("tts-{}-{}", variant.name(), t.name()),
             None => format!("tts-{}-none", variant.name()),
