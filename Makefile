@@ -18,10 +18,11 @@ build: setup
 	$(CARGO) build --release
 
 # The main job: collect -> eval(base) -> sft -> eval -> train -> eval on BFCL multi_turn_base
-# with the embedded SmolLM2-135M; DEMO_ARGS raises budgets, e.g. DEMO_ARGS="--scale 4".
+# with the embedded SmolLM2-135M, from a fresh run folder; DEMO_ARGS raises budgets, e.g.
+# DEMO_ARGS="--scale 4".
 DEMO_OUT ?= runs/demo
 demo: build
-	$(ENVACE) demo --preset smollm2 --out $(DEMO_OUT) $(DEMO_ARGS)
+	$(ENVACE) demo --preset smollm2 --out $(DEMO_OUT) --fresh $(DEMO_ARGS)
 
 # One test at a time: each libtorch test already uses both cores.
 test: setup

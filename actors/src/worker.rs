@@ -249,6 +249,9 @@ fn serve(
                 let _ = reply.send(out.map_err(|e| e.to_string()));
             }
             Job::Train(rows, reply) => {
+                // No request is running: free the KV cache so it and the step's activations
+                // are not both resident (the next batch allocates it again).
+                engine = Engine::new(&model, Some(&tokenizer), config.clone());
                 let out = with_learner(&mut learner, |l| l.step(&rows));
                 if out.is_ok() {
                     version.fetch_add(1, Ordering::SeqCst);
@@ -256,6 +259,7 @@ fn serve(
                 let _ = reply.send(out);
             }
             Job::Sft(rows, reply) => {
+                engine = Engine::new(&model, Some(&tokenizer), config.clone());
                 let out = with_learner(&mut learner, |l| l.sft_step(&rows));
                 if out.is_ok() {
                     version.fetch_add(1, Ordering::SeqCst);

@@ -24,6 +24,10 @@ pub struct RunArgs {
     /// Multiply the training and evaluation budgets (steps, tasks) for longer runs.
     #[arg(long, default_value_t = 1)]
     pub scale: u64,
+    /// Start the run folder afresh: remove its db/, checkpoints/, report.json and plot first
+    /// (without it, a folder with a training run resumes that run).
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 impl RunArgs {
@@ -107,6 +111,22 @@ pub enum Stage {
 /// Runs one stage (or the whole demo) on the run folder.
 pub fn run(stage: Stage, args: RunArgs) -> Result<()> {
     let (cfg, name) = args.config()?;
+    if args.fresh {
+        for part in ["db", "checkpoints"] {
+            let path = args.out.join(part);
+            if path.exists() {
+                std::fs::remove_dir_all(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        for file in ["report.json", "training.png"] {
+            let path = args.out.join(file);
+            if path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+    }
     let rt = args.runtime()?;
     rt.block_on(async {
         let mut p = Pipeline::open(cfg, &args.out, &name).await?;
