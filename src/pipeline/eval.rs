@@ -52,27 +52,32 @@ impl Pipeline {
     /// # Errors
     /// The checkpoint does not exist (run the stage that makes it first).
     pub async fn load_variant(&self, variant: Variant) -> Result<()> {
-        let path = match variant {
+        let (run, stage) = match variant {
             Variant::Base => return Ok(()),
-            Variant::Sft => self.checkpoint_path(SFT_RUN),
-            Variant::Envace => match self.latest_checkpoint().await? {
-                Some(c) => c.path,
-                None => self.checkpoint_path(&format!("{TRAIN_RUN}-step1")),
-            },
+            Variant::Sft => (SFT_RUN, "sft"),
+            Variant::Envace => (TRAIN_RUN, "train"),
         };
-        if !path.exists() {
+        let Some(checkpoint) = self.last_checkpoint_of(run).await? else {
             bail!(
-                "no {} checkpoint at {}: run `envace {}` first",
+                "no {} checkpoint in {}: run `envace {stage}` first",
                 variant.name(),
-                path.display(),
-                if variant == Variant::Sft {
-                    "sft"
-                } else {
-                    "train"
-                }
+                self.dir.display()
+            );
+        };
+        if !checkpoint.path.exists() {
+            bail!(
+                "the {} checkpoint {} is missing: run `envace {stage}` again",
+                variant.name(),
+                checkpoint.path.display()
             );
         }
-        self.load_weights(path, PolicyVersion(0)).await
+        // The version the weights had when saved: the optimizer steps behind them.
+        let version = checkpoint
+            .metrics
+            .get(super::train::POLICY_VERSION_KEY)
+            .map_or(checkpoint.step, |v| *v as u64);
+        self.load_weights(checkpoint.path, PolicyVersion(version))
+            .await
     }
 
     /// The split of `eval.split` and its first `limit` (or `eval.tasks`) tasks.

@@ -18,7 +18,7 @@ use crate::report::{StageReport, StepMetrics};
 use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
 
 /// Key of the policy version in a training checkpoint's metrics.
-const POLICY_VERSION_KEY: &str = "policy_version";
+pub(super) const POLICY_VERSION_KEY: &str = "policy_version";
 
 impl Pipeline {
     /// Trains until `train.steps` steps are done, resuming after the last committed step.
@@ -288,7 +288,15 @@ impl Pipeline {
     /// # Errors
     /// The store cannot be read.
     pub async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>> {
-        let run = RunId::from(TRAIN_RUN);
+        self.last_checkpoint_of(TRAIN_RUN).await
+    }
+
+    /// The last committed checkpoint of `run` (`envace` or `sft`), if any.
+    ///
+    /// # Errors
+    /// The store cannot be read.
+    pub async fn last_checkpoint_of(&self, run: &str) -> Result<Option<Checkpoint>> {
+        let run = RunId::from(run);
         let all = self
             .memory()
             .ask("memory", |r| MemoryMsg::Checkpoints(run, r))
