@@ -22,7 +22,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Multiply the training and evaluation budgets (steps, tasks) for longer runs.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub scale: u64,
     /// Start the run folder afresh: remove its db/, checkpoints/, report.json and plot first
     /// (without it, a folder with a training run resumes that run).
@@ -198,6 +198,9 @@ pub fn print_config(args: ConfigArgs) -> Result<()> {
 /// `envace tts-table`: no TTS, then parallel and sequential rehearsal for each N, for each
 /// variant, on the same tasks; prints the table and adds every row to the report.
 pub fn tts_table_command(args: TtsTableArgs) -> Result<()> {
+    if args.n.contains(&0) {
+        anyhow::bail!("--n {:?}: every rehearsal count must be at least 1", args.n);
+    }
     let (cfg, name) = args.run.config()?;
     let rt = args.run.runtime()?;
     rt.block_on(async {
