@@ -21,7 +21,7 @@ use crate::weights::Weights;
 /// RoPE angles, computed per forward pass from the positions as HF does (no table sized by the
 /// context length, which a corrupt config could make huge).
 #[derive(Debug)]
-struct Rope {
+pub(crate) struct Rope {
     /// `[head_dim / 2]` f32: `1/θ^(2i/d)`.
     inv_freq: Tensor,
     dtype: Kind,
@@ -42,7 +42,7 @@ impl Rope {
 
     /// `cos, sin: [batch, 1, seq, head_dim]` (model dtype) for `positions: [batch, seq]` i64;
     /// angles in f32, duplicated over both halves (`rotate_half` convention).
-    fn tables(&self, positions: &Tensor) -> (Tensor, Tensor) {
+    pub(crate) fn tables(&self, positions: &Tensor) -> (Tensor, Tensor) {
         let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
         let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
         (emb.cos().to_kind(self.dtype), emb.sin().to_kind(self.dtype))
@@ -57,7 +57,7 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 }
 
 #[derive(Debug)]
-struct Layer {
+pub(crate) struct Layer {
     input_norm: Tensor,
     /// `[hidden, (heads + 2·kv_heads)·head_dim]`
     qkv: Tensor,
@@ -94,12 +94,12 @@ pub struct Model {
     config: ModelConfig,
     vs: nn::VarStore,
     dtype: Kind,
-    embed: Tensor,
-    layers: Vec<Layer>,
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
     norm: Tensor,
     /// `None` when tied to `embed`.
     lm_head: Option<Tensor>,
-    rope: Rope,
+    pub(crate) rope: Rope,
 }
 
 impl Model {
@@ -476,7 +476,7 @@ impl Model {
     }
 
     /// Final RMSNorm, exposed for callers that select positions before the vocabulary projection.
-    fn final_norm(&self, x: &Tensor) -> Tensor {
+    pub(crate) fn final_norm(&self, x: &Tensor) -> Tensor {
         self.rms_norm(x, &self.norm)
     }
 
@@ -486,7 +486,7 @@ impl Model {
     }
 
     /// Normed input → `q: [b, heads, t, d]`, `k, v: [b, kv_heads, t, d]`, RoPE applied.
-    fn attention_inputs(
+    pub(crate) fn attention_inputs(
         &self,
         layer: &Layer,
         x: &Tensor,
@@ -519,7 +519,7 @@ impl Model {
     }
 
     /// Attention output `[b, heads, t, d]` → residual + o_proj, then the MLP block.
-    fn layer_output(&self, layer: &Layer, x: &Tensor, attn: &Tensor) -> Tensor {
+    pub(crate) fn layer_output(&self, layer: &Layer, x: &Tensor, attn: &Tensor) -> Tensor {
         let (b, t, _) = x.size3().unwrap_or((1, 1, 1));
         let attn = attn.transpose(1, 2).reshape([b, t, -1]);
         let x = x + attn.matmul(&layer.o_proj);
