@@ -1,5 +1,5 @@
 //! Generation engine behaviour on the `tiny` preset: budgets, stop tokens, stop strings, seeded
-//! sampling and batch invariance.
+//! sampling, batch invariance and prefix-cache reuse.
 
 use envace::kernels::{
     load, Engine, EngineConfig, FinishReason, GenerationRequest, LoadedModel, ModelSource,
@@ -179,4 +179,92 @@ fn seeded_sampling_is_reproducible_and_batch_invariant() {
         .remove(0);
     assert_eq!(top1.completion_ids, greedy.completion_ids);
     assert!(top1.logprobs.iter().all(|&lp| lp == 0.0));
+}
+
+/// Length of the longest common prefix.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[test]
+fn prefix_cache_reuses_kv_without_changing_greedy_ids() {
+    let loaded = tiny();
+    let encode = |text: &str| loaded.tokenizer.encode(text).unwrap();
+    let system = encode(
+        "You are a careful agent. Tools: ls(path), cd(folder), cat(file), grep(pattern, file), \
+         mv(source, destination). Facts: the workspace holds a report and two drafts.",
+    );
+    let with_system = |text: &str| {
+        let mut p = system.clone();
+        p.extend(encode(text));
+        p
+    };
+    let greedy = |n| SamplingParams {
+        max_new_tokens: n,
+        ..Default::default()
+    };
+    let first = with_system(" User: list the files.");
+    let unrelated = encode("Rivers, lakes and the sea are where water rests between rains.");
+
+    // Two slots: the append-only next turn and a branch off the shared system prompt are
+    // admitted together (both hit); the unrelated prompt (a miss) joins mid-decode.
+    let run = |prefix_cache_tokens| {
+        let mut engine = Engine::new(
+            &loaded.model,
+            None,
+            EngineConfig {
+                max_batch: 2,
+                prefix_cache_tokens,
+                ..Default::default()
+            },
+        );
+        let c1 = engine
+            .generate(vec![request(&first, greedy(10))])
+            .unwrap()
+            .remove(0);
+        let mut next = first.clone();
+        next.extend(&c1.completion_ids);
+        next.extend(encode(" User: now open the report."));
+        let branch = with_system(" User: move the drafts.");
+        let rest = engine
+            .generate(vec![
+                request(&next, greedy(6)),
+                request(&branch, greedy(12)),
+                request(&unrelated, greedy(8)),
+            ])
+            .unwrap();
+        let prompts = vec![first.clone(), next, branch, unrelated.clone()];
+        let mut out = vec![c1];
+        out.extend(rest);
+        (out, prompts, engine.stats())
+    };
+    let (expected, prompts, off) = run(0);
+    let (got, _, on) = run(16_384);
+    for (i, (a, b)) in expected.iter().zip(&got).enumerate() {
+        assert_eq!(a.completion_ids, b.completion_ids, "request {i}");
+        for (x, y) in a.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-4, "request {i}: log-prob {x} vs {y}");
+        }
+    }
+
+    // The next turn reuses turn 1's prompt and completion but its last token; the branch
+    // reuses what it shares with that entry (at least the system prompt).
+    let entry_len = prompts[0].len() + expected[0].completion_ids.len() - 1;
+    let branch_reuse = common_prefix(&prompts[2], &prompts[0]);
+    assert!(branch_reuse >= system.len(), "{branch_reuse}");
+    assert_eq!(on.prefix_hits, 2);
+    assert_eq!(on.prefill_tokens_reused as usize, entry_len + branch_reuse);
+    let all: usize = prompts.iter().map(Vec::len).sum();
+    assert_eq!(off.prefill_tokens_computed as usize, all);
+    assert_eq!(off.prefill_tokens_reused, 0);
+    assert_eq!(
+        on.prefill_tokens_computed as usize,
+        all - entry_len - branch_reuse
+    );
+    assert_eq!(on.decode_tokens, off.decode_tokens);
+    assert!(on.prefix_cache_tokens > 0);
+    eprintln!(
+        "prefill tokens computed: {} without the prefix cache, {} with it ({} reused)",
+        off.prefill_tokens_computed, on.prefill_tokens_computed, on.prefill_tokens_reused
+    );
 }

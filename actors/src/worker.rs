@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::kernels::{
-    score_no_grad, Engine, EngineConfig, FinishReason, GenerationRequest, Learner, LearnerConfig,
-    LoadedModel, Model, ScoreRow, StepStats, Tokenizer, TrainRow,
+    score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest, Learner,
+    LearnerConfig, LoadedModel, Model, ScoreRow, StepStats, Tokenizer, TrainRow,
 };
 use crate::storage::PolicyVersion;
 
@@ -62,6 +62,9 @@ pub enum Job {
     Save(PathBuf, oneshot::Sender<JobResult<()>>),
     /// Replace all weights from a safetensors file written by `Save`, and set the version.
     Load(PathBuf, PolicyVersion, oneshot::Sender<JobResult<()>>),
+    /// The generation engine's cumulative counters (prefill tokens computed and reused,
+    /// decode tokens, prefix-cache hits); answered at once, even while generating.
+    EngineStats(oneshot::Sender<JobResult<EngineStats>>),
 }
 
 /// Facts about the served model that prompt builders need.
@@ -173,6 +176,15 @@ impl WorkerHandle {
     pub async fn generate(&self, request: GenerationRequest) -> JobResult<Generated> {
         self.request(|tx| Job::Generate(request, tx)).await
     }
+
+    /// The generation engine's cumulative counters since the worker started (a failed
+    /// generation step restarts them).
+    ///
+    /// # Errors
+    /// A message when the model thread has stopped.
+    pub async fn engine_stats(&self) -> JobResult<EngineStats> {
+        self.request(Job::EngineStats).await
+    }
 }
 
 /// The model thread's loop: continuous batching for generation, other jobs between batches.
@@ -250,8 +262,9 @@ fn serve(
             }
             Job::Train(rows, reply) => {
                 // No request is running: free the KV cache so it and the step's activations
-                // are not both resident (the next batch allocates it again).
-                engine = Engine::new(&model, Some(&tokenizer), config.clone());
+                // are not both resident (the next batch allocates it again). The step changes
+                // the weights, so the kept prefixes' KV goes too.
+                engine.release_memory();
                 let out = with_learner(&mut learner, |l| l.step(&rows));
                 if out.is_ok() {
                     version.fetch_add(1, Ordering::SeqCst);
@@ -259,17 +272,22 @@ fn serve(
                 let _ = reply.send(out);
             }
             Job::Sft(rows, reply) => {
-                engine = Engine::new(&model, Some(&tokenizer), config.clone());
+                engine.release_memory();
                 let out = with_learner(&mut learner, |l| l.sft_step(&rows));
                 if out.is_ok() {
                     version.fetch_add(1, Ordering::SeqCst);
                 }
                 let _ = reply.send(out);
             }
+            Job::EngineStats(reply) => {
+                let _ = reply.send(Ok(engine.stats()));
+            }
             Job::Save(path, reply) => {
                 let _ = reply.send(model.save_weights(&path).map_err(|e| e.to_string()));
             }
             Job::Load(path, v, reply) => {
+                // Even a failed load may have replaced some parameters: drop KV of the old ones.
+                engine.clear_prefix_cache();
                 let out = model.load_weights(&path).map_err(|e| e.to_string());
                 if out.is_ok() {
                     version.store(v.0, Ordering::SeqCst);
@@ -304,6 +322,9 @@ fn admit(
         // Behind a waiting learner or weight job, generation waits too: otherwise a steady
         // stream of requests would keep the batch busy and starve the job forever.
         job @ Job::Generate(..) if !deferred.is_empty() => deferred.push_back(job),
+        Job::EngineStats(reply) => {
+            let _ = reply.send(Ok(engine.stats()));
+        }
         Job::Generate(request, reply) => match engine.add_request(request) {
             Ok(id) => {
                 waiting.insert(id, (reply, PolicyVersion(version.load(Ordering::SeqCst))));

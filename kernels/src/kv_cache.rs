@@ -109,6 +109,49 @@ impl KvCache {
         let _ = self.v[layer].narrow(2, 0, t).index_copy_(0, slots, v);
     }
 
+    /// Writes `k, v: [1, kv_heads, t, head_dim]` at positions `start..start + t` of `slot`.
+    pub(crate) fn write_at(&mut self, layer: usize, slot: i64, start: i64, k: &Tensor, v: &Tensor) {
+        let t = k.size()[2];
+        self.k[layer]
+            .narrow(0, slot, 1)
+            .narrow(2, start, t)
+            .copy_(k);
+        self.v[layer]
+            .narrow(0, slot, 1)
+            .narrow(2, start, t)
+            .copy_(v);
+    }
+
+    /// Positions `0..len` of `slot`, `[1, kv_heads, len, head_dim]` views for attention.
+    pub(crate) fn slot_prefix(&self, layer: usize, slot: i64, len: i64) -> (Tensor, Tensor) {
+        let view = |buf: &Tensor| buf.narrow(0, slot, 1).narrow(2, 0, len);
+        (view(&self.k[layer]), view(&self.v[layer]))
+    }
+
+    /// Copies out positions `0..len` of `slot`: per layer `k, v: [kv_heads, len, head_dim]`,
+    /// owned (they survive the slot's reuse).
+    pub fn read_slot(&self, slot: usize, len: usize) -> (Vec<Tensor>, Vec<Tensor>) {
+        let read = |bufs: &[Tensor]| {
+            bufs.iter()
+                .map(|b| b.get(slot as i64).narrow(1, 0, len as i64).copy())
+                .collect()
+        };
+        (read(&self.k), read(&self.v))
+    }
+
+    /// Copies positions `0..len` of per-layer `k, v: [kv_heads, ≥ len, head_dim]` (as
+    /// [`KvCache::read_slot`] returns) into positions `0..len` of `slot`.
+    pub fn load_slot(&mut self, slot: usize, k: &[Tensor], v: &[Tensor], len: usize) {
+        let len = len as i64;
+        for (bufs, src) in [(&mut self.k, k), (&mut self.v, v)] {
+            for (buf, s) in bufs.iter_mut().zip(src) {
+                buf.get(slot as i64)
+                    .narrow(1, 0, len)
+                    .copy_(&s.narrow(1, 0, len));
+            }
+        }
+    }
+
     /// Writes one new position per slot (`k, v: [s, kv_heads, 1, head_dim]` at
     /// `positions: [s]` i64, slots `0..s`) and returns the first `keys` positions of those slots,
     /// `[s, kv_heads, keys, head_dim]` views for attention.

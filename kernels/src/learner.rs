@@ -20,12 +20,13 @@
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tch::nn::{self, OptimizerConfig};
 use tch::{Kind, Tensor};
 
 use crate::error::{Error, Result};
 use crate::grpo::{ppo_loss, GrpoConfig, LossAggregation};
 use crate::model::Model;
+use crate::optimizer::{AdamWConfig, Optimizer};
+use crate::packing::{pack_groups, score_packed_counted};
 use crate::scoring::{micro_batches, score, ScoreRow};
 
 /// How the learning rate evolves over steps.
@@ -53,8 +54,17 @@ pub struct LearnerConfig {
     pub max_grad_norm: f64,
     /// Learning-rate schedule.
     pub schedule: LrSchedule,
-    /// Budget of one micro-batch, padded tokens (`rows × longest prompt + completion`).
+    /// Budget of one micro-batch, padded tokens (`rows × longest prompt + completion`); with
+    /// `pack_prefixes`, packed tokens (distinct prefix-tree tokens of the micro-batch's rows).
     pub micro_batch_tokens: usize,
+    /// Score each micro-batch as one prefix-packed sequence ([`crate::packing`]) instead of a
+    /// padded batch: rows that share a prompt prefix — the rows of one `inline` trajectory
+    /// (DESIGN.md §3) — share its tokens, so a trajectory costs one forward/backward over its
+    /// stream plus its branches. Micro-batches are then consecutive rows whose packed length
+    /// stays within `micro_batch_tokens` ([`crate::packing::pack_groups`]); keep a trajectory's
+    /// rows adjacent. Same loss and gradient as unpacked scoring up to float rounding; attention
+    /// and its mask grow with the square of the packed length. Off by default.
+    pub pack_prefixes: bool,
     /// Temperature the learner scores with; must match the one rollouts were sampled at.
     pub temperature: f64,
     /// Loss hyperparameters.
@@ -71,6 +81,7 @@ impl Default for LearnerConfig {
             max_grad_norm: 1.0,
             schedule: LrSchedule::Constant,
             micro_batch_tokens: 4096,
+            pack_prefixes: false,
             temperature: 1.0,
             grpo: GrpoConfig::default(),
         }
@@ -161,6 +172,11 @@ pub struct StepStats {
     pub ref_kl: f64,
     /// Trained (completion) tokens.
     pub tokens: usize,
+    /// Tokens run through the policy's forward pass: padded micro-batch sizes (`rows × longest
+    /// row`), or packed lengths with `pack_prefixes`. The reference model of the KL, when
+    /// present, runs the same tokens again (not counted).
+    #[serde(default)]
+    pub forward_tokens: usize,
     /// Wall time of the step, seconds.
     pub seconds: f64,
 }
@@ -173,6 +189,7 @@ struct Accumulated {
     approx_kl: f64,
     ref_kl: f64,
     tokens: usize,
+    forward_tokens: usize,
 }
 
 /// Trains a [`Model`] in place: the optimizer updates the model's own variables, so every other
@@ -186,7 +203,8 @@ pub struct Learner<'m> {
     model: &'m Model,
     /// The frozen π_ref of the k3 penalty; `Some` exactly when `config.grpo.kl_coef` is.
     reference: Option<Model>,
-    optimizer: nn::Optimizer,
+    /// AdamW, over f32 master weights when the model is bf16 (see [`crate::optimizer`]).
+    optimizer: Optimizer,
     config: LearnerConfig,
     steps: u64,
 }
@@ -238,12 +256,15 @@ impl<'m> Learner<'m> {
 
     fn build(model: &'m Model, reference: Option<Model>, config: LearnerConfig) -> Result<Self> {
         config.validate()?;
-        let optimizer = nn::AdamW::default()
-            .beta1(config.betas.0)
-            .beta2(config.betas.1)
-            .wd(config.weight_decay)
-            .eps(config.eps)
-            .build(model.var_store(), config.lr)?;
+        let optimizer = Optimizer::adamw(
+            model,
+            AdamWConfig {
+                lr: config.lr,
+                betas: config.betas,
+                eps: config.eps,
+                weight_decay: config.weight_decay,
+            },
+        )?;
         Ok(Self {
             model,
             reference,
@@ -321,6 +342,7 @@ impl<'m> Learner<'m> {
             approx_kl: acc.approx_kl,
             ref_kl: acc.ref_kl,
             tokens: acc.tokens,
+            forward_tokens: acc.forward_tokens,
             seconds: start.elapsed().as_secs_f64(),
         })
     }
@@ -348,18 +370,21 @@ impl<'m> Learner<'m> {
         }
         self.optimizer.zero_grad();
         let total: usize = rows.iter().map(|r| r.completion_ids.len()).sum();
-        let result = tch::with_grad(|| -> Result<f64> {
-            let mut loss_sum = 0.0;
-            for range in micro_batches(rows, self.config.micro_batch_tokens) {
-                let batch = score(self.model, &rows[range], self.config.temperature)?;
+        let pack = self.config.pack_prefixes;
+        let result = tch::with_grad(|| -> Result<(f64, usize)> {
+            let (mut loss_sum, mut forward_tokens) = (0.0, 0);
+            for range in groups(rows, self.config.micro_batch_tokens, pack) {
+                let (batch, forward) =
+                    score_group(self.model, &rows[range], self.config.temperature, pack)?;
+                forward_tokens += forward;
                 // Padding log-probs are already 0, so the sum is over real tokens only.
                 let loss = -batch.logprobs.sum(Kind::Float) / total as f64;
                 loss.f_backward()?;
                 loss_sum += loss.double_value(&[]);
             }
-            Ok(loss_sum)
+            Ok((loss_sum, forward_tokens))
         });
-        let loss = match result {
+        let (loss, forward_tokens) = match result {
             Ok(l) => l,
             Err(e) => {
                 self.optimizer.zero_grad();
@@ -374,12 +399,13 @@ impl<'m> Learner<'m> {
             approx_kl: 0.0,
             ref_kl: 0.0,
             tokens: total,
+            forward_tokens,
             seconds: start.elapsed().as_secs_f64(),
         })
     }
 
-    /// Runs forward and backward over `rows` in micro-batches of `max_tokens` padded tokens,
-    /// leaving the accumulated gradient of the whole batch's loss in the parameters' `.grad`.
+    /// Runs forward and backward over `rows` in micro-batches of `max_tokens` padded tokens
+    /// (packed tokens with `pack_prefixes`), leaving the accumulated gradient of the whole batch's loss in the parameters' `.grad`.
     /// `rows` must have passed [`validate_rows`].
     fn accumulate_gradients(
         &mut self,
@@ -401,15 +427,18 @@ impl<'m> Learner<'m> {
             })
             .collect();
         let device = self.model.device();
+        let pack = self.config.pack_prefixes;
         tch::with_grad(|| {
             let mut acc = Accumulated {
                 tokens,
                 ..Accumulated::default()
             };
-            for range in micro_batches(&score_rows, max_tokens) {
+            for range in groups(&score_rows, max_tokens, pack) {
                 let part = &rows[range.clone()];
                 let scored_rows = &score_rows[range];
-                let batch = score(self.model, scored_rows, self.config.temperature)?;
+                let (batch, forward) =
+                    score_group(self.model, scored_rows, self.config.temperature, pack)?;
+                acc.forward_tokens += forward;
                 let width = batch.logprobs.size()[1] as usize;
                 let mut old = vec![0f32; part.len() * width];
                 for (i, r) in part.iter().enumerate() {
@@ -424,8 +453,9 @@ impl<'m> Learner<'m> {
                 // Same rows, so the same `[rows, longest completion]` layout as `batch`.
                 let reference = match &self.reference {
                     Some(r) => {
-                        let scored =
-                            tch::no_grad(|| score(r, scored_rows, self.config.temperature))?;
+                        let (scored, _) = tch::no_grad(|| {
+                            score_group(r, scored_rows, self.config.temperature, pack)
+                        })?;
                         Some(scored.logprobs.to_device(device))
                     }
                     None => None,
@@ -469,8 +499,9 @@ impl<'m> Learner<'m> {
             }
         };
         self.optimizer.set_lr(self.lr_at(self.steps));
-        self.optimizer.step();
+        let stepped = self.optimizer.step();
         self.optimizer.zero_grad();
+        stepped?;
         self.steps += 1;
         Ok(norm)
     }
@@ -533,6 +564,33 @@ fn clip_gradients(model: &Model, max: f64) -> Result<f64> {
         })?;
     }
     Ok(norm)
+}
+
+/// The micro-batches of `rows` under a budget of `max_tokens`: packed tokens
+/// ([`pack_groups`]) when `packed`, padded tokens ([`micro_batches`]) otherwise.
+fn groups(rows: &[ScoreRow], max_tokens: usize, packed: bool) -> Vec<std::ops::Range<usize>> {
+    if packed {
+        pack_groups(rows, max_tokens)
+    } else {
+        micro_batches(rows, max_tokens)
+    }
+}
+
+/// Scores one micro-batch, prefix-packed ([`crate::packing::score_packed`]) when `packed`,
+/// padded ([`score`]) otherwise; also returns the tokens run through the forward pass (packed
+/// length, or `rows × longest row`).
+fn score_group(
+    model: &Model,
+    rows: &[ScoreRow],
+    temperature: f64,
+    packed: bool,
+) -> Result<(crate::scoring::ScoredBatch, usize)> {
+    if packed {
+        score_packed_counted(model, rows, temperature)
+    } else {
+        let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(0);
+        Ok((score(model, rows, temperature)?, rows.len() * longest))
+    }
 }
 
 /// Checks what [`score`] does not: no rows, empty prompt or completion, `old_logprobs` length,

@@ -4,6 +4,7 @@
 //! * text: [`tokenizer`] (the `tokenizers` crate) and [`chat`] (the model's Jinja template);
 //! * [`model`]: one decoder (Llama, Qwen2, Qwen3) for training and for KV-cached inference;
 //! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner;
+//! * [`packing`]: the rows of a trajectory scored in one prefix-packed (trie) forward pass;
 //! * [`grpo`]: role-wise GRPO advantages and the clipped PPO loss;
 //! * [`learner`]: AdamW steps of GRPO or supervised warm-up with gradient accumulation.
 
@@ -19,6 +20,10 @@ pub mod kv_cache;
 pub mod learner;
 pub mod loader;
 pub mod model;
+pub mod optimizer;
+mod model_extend;
+pub mod packing;
+pub mod prefix_cache;
 pub mod sampling;
 pub mod scoring;
 pub mod tokenizer;
@@ -26,6 +31,7 @@ pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{Architecture, ModelConfig};
+pub use engine::EngineStats;
 pub use engine::{Completion, Engine, EngineConfig, FinishReason, GenerationRequest};
 pub use error::{Error, Result};
 pub use grpo::{
@@ -35,6 +41,7 @@ pub use learner::{Learner, LearnerConfig, LrSchedule, StepStats, TrainRow};
 pub use loader::{load, LoadedModel, ModelSource};
 
 pub use model::Model;
+pub use packing::{pack_groups, packed_len, score_packed, PackedRows};
 pub use sampling::SamplingParams;
 pub use scoring::{score, score_no_grad, ScoreRow, ScoredBatch};
 pub use tokenizer::Tokenizer;

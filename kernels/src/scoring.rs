@@ -77,39 +77,7 @@ pub fn micro_batches(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> 
 /// [`Error::InvalidRequest`] for an empty prompt or completion, an id outside the vocabulary,
 /// a row longer than the context, or a non-positive temperature.
 pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<ScoredBatch> {
-    let cfg = model.config();
-    if temperature.is_nan() || temperature <= 0.0 {
-        return Err(Error::InvalidRequest(format!(
-            "scoring temperature must be > 0, got {temperature}"
-        )));
-    }
-    if rows.is_empty() {
-        return Err(Error::InvalidRequest("no rows to score".into()));
-    }
-    for (i, r) in rows.iter().enumerate() {
-        if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
-            return Err(Error::InvalidRequest(format!(
-                "score row {i}: prompt and completion must be non-empty"
-            )));
-        }
-        if r.len() > cfg.max_position_embeddings {
-            return Err(Error::ContextOverflow {
-                prompt_tokens: r.prompt_ids.len(),
-                max_new_tokens: r.completion_ids.len(),
-                context_len: cfg.max_position_embeddings,
-            });
-        }
-        if let Some(bad) = r
-            .prompt_ids
-            .iter()
-            .chain(&r.completion_ids)
-            .find(|&&t| t as usize >= cfg.vocab_size)
-        {
-            return Err(Error::InvalidRequest(format!(
-                "score row {i}: token id {bad} is outside the vocabulary"
-            )));
-        }
-    }
+    validate(model, rows, temperature)?;
     let b = rows.len();
     let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(1);
     let completion = rows
@@ -146,15 +114,75 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
         .expand([b, completion, h], false);
     let selected = hidden.gather(1, &index, false).reshape([b * completion, h]);
     let targets = Tensor::from_slice(&targets).to_device(device);
+    let picked = target_logprobs(model, &selected, &targets, temperature);
+    let mask = Tensor::from_slice(&mask)
+        .view([b, completion])
+        .to_device(device);
+    let logprobs = picked.view([b, completion]) * &mask;
+    Ok(ScoredBatch { logprobs, mask })
+}
+
+/// The checks of [`score`], shared with [`crate::packing::score_packed`] so both reject the same
+/// rows with the same errors.
+///
+/// # Errors
+/// As [`score`].
+pub(crate) fn validate(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<()> {
+    let cfg = model.config();
+    if temperature.is_nan() || temperature <= 0.0 {
+        return Err(Error::InvalidRequest(format!(
+            "scoring temperature must be > 0, got {temperature}"
+        )));
+    }
+    if rows.is_empty() {
+        return Err(Error::InvalidRequest("no rows to score".into()));
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if r.prompt_ids.is_empty() || r.completion_ids.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "score row {i}: prompt and completion must be non-empty"
+            )));
+        }
+        if r.len() > cfg.max_position_embeddings {
+            return Err(Error::ContextOverflow {
+                prompt_tokens: r.prompt_ids.len(),
+                max_new_tokens: r.completion_ids.len(),
+                context_len: cfg.max_position_embeddings,
+            });
+        }
+        if let Some(bad) = r
+            .prompt_ids
+            .iter()
+            .chain(&r.completion_ids)
+            .find(|&&t| t as usize >= cfg.vocab_size)
+        {
+            return Err(Error::InvalidRequest(format!(
+                "score row {i}: token id {bad} is outside the vocabulary"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `log softmax(logits / temperature)` of each target: `selected: [n, hidden]` (model dtype)
+/// hidden states that predict `targets: [n]` i64 → `[n, 1]` f32. Shared by [`score`] and
+/// [`crate::packing::score_packed`].
+pub(crate) fn target_logprobs(
+    model: &Model,
+    selected: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Tensor {
+    let n = selected.size()[0];
     // The vocabulary projection in chunks of rows: each chunk's `[rows, vocab]` logits stay
     // below glibc's mmap threshold, so the allocator reuses heap memory across steps instead
     // of mapping (and the kernel zeroing) hundreds of MB per step — 10–15 % of a training
     // step on the 2-core machine. Autograd keeps each chunk's log-softmax for backward.
-    let chunk = (LOGITS_CHUNK_BYTES / (4 * cfg.vocab_size)).max(1) as i64;
+    let chunk = (LOGITS_CHUNK_BYTES / (4 * model.config().vocab_size)).max(1) as i64;
     let mut pieces = Vec::new();
     let mut start = 0;
-    while start < b * completion {
-        let len = chunk.min(b * completion - start);
+    while start < n {
+        let len = chunk.min(n - start);
         let logits = model.logits(&selected.narrow(0, start, len));
         let logits = if temperature == 1.0 {
             logits
@@ -169,11 +197,7 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
         );
         start += len;
     }
-    let mask = Tensor::from_slice(&mask)
-        .view([b, completion])
-        .to_device(device);
-    let logprobs = Tensor::cat(&pieces, 0).view([b, completion]) * &mask;
-    Ok(ScoredBatch { logprobs, mask })
+    Tensor::cat(&pieces, 0)
 }
 
 /// Scores every row without autograd, in micro-batches of at most `max_tokens` padded tokens;

@@ -22,6 +22,9 @@ use super::ModelArgs;
 pub enum BenchCommand {
     /// Generation (prefill, decode) and training (fwd+bwd) throughput vs HF transformers.
     Generate(GenerateBenchArgs),
+    /// Reference vs inline protocol, f32 vs bf16: tokens, time and memory per trajectory for
+    /// the rollouts and the learner step, on BFCL tasks.
+    Rollout(super::bench_rollout::RolloutBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +76,7 @@ struct Measurements {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Generate(args) => generate(args),
+        BenchCommand::Rollout(args) => super::bench_rollout::run(args),
     }
 }
 
@@ -228,6 +232,8 @@ fn run_generation(
         EngineConfig {
             max_batch: batch,
             max_prefill_tokens: batch * prompt_len,
+            // Throughput of fresh prompts: no reuse between the timed runs.
+            prefix_cache_tokens: 0,
         },
     );
     let started = Instant::now();
