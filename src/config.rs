@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::actors::episode::EpisodeConfig;
-use crate::actors::protocol::{ProtocolConfig, ToolRendering};
+use crate::actors::protocol::{ProtocolConfig, RolloutProtocol, ToolRendering};
 use crate::actors::topology::TopologySpec;
 use crate::kernels::{EngineConfig, LearnerConfig};
 
@@ -261,8 +261,24 @@ impl RunConfig {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot serialise: {e}\n"))
     }
 
+    /// This configuration with `[protocol] mode = protocol` and what the mode implies for the
+    /// other sections (rollout and evaluation episodes follow it; inline turns on the train
+    /// learner's `pack_prefixes`).
+    pub fn with_protocol(mut self, protocol: RolloutProtocol) -> Self {
+        self.protocol.mode = protocol;
+        self.finish()
+    }
+
     fn finish(mut self) -> Self {
         self.rollout.tool_rendering = self.protocol.tool_rendering;
+        // Evaluation configs are derived from `rollout`, so they follow the same protocol.
+        self.rollout.protocol = self.protocol.mode;
+        // Inline rows of one trajectory share its stream as a token prefix: score them packed,
+        // one forward/backward per trajectory. (Warm-up rows are shuffled across seeds, so
+        // `sft.learner` keeps its own setting.)
+        if self.protocol.mode == RolloutProtocol::Inline {
+            self.train.learner.pack_prefixes = true;
+        }
         self
     }
 
@@ -352,6 +368,7 @@ impl RunConfig {
     pub fn budgets(&self) -> serde_json::Value {
         serde_json::json!({
             "model": self.model.source,
+            "protocol_mode": self.protocol.mode,
             "tool_rendering": self.protocol.tool_rendering,
             "collect_tasks": self.collect.tasks,
             "sft_steps": self.sft.steps,
@@ -421,5 +438,25 @@ mod tests {
         assert_eq!(c.train.k, 4);
         assert_eq!(c.rollout.tool_rendering, ToolRendering::Compact);
         assert_eq!(c.train.learner.lr, 1e-6);
+        assert_eq!(c.rollout.protocol, RolloutProtocol::Reference);
+    }
+
+    #[test]
+    fn protocol_mode_selects_the_inline_protocol() {
+        let c = RunConfig::from_toml("[protocol]\nmode = \"inline\"\n").expect("parse");
+        assert_eq!(c.protocol.mode, RolloutProtocol::Inline);
+        assert_eq!(c.rollout.protocol, RolloutProtocol::Inline);
+        assert!(
+            c.train.learner.pack_prefixes,
+            "inline rows are scored prefix-packed"
+        );
+        let e = RunConfig::from_toml("[protocol]\nmode = \"stream\"\n").unwrap_err();
+        assert!(e.contains("stream") || e.contains("mode"), "{e}");
+        for p in [Preset::Smollm2, Preset::Tiny] {
+            assert_eq!(
+                RunConfig::preset(p).protocol.mode,
+                RolloutProtocol::Reference
+            );
+        }
     }
 }

@@ -8,22 +8,31 @@
 //! supervision (a judge that panics is restarted and the episode retried; a judge that always
 //! panics gives a trajectory recorded as failed), zero real environment calls in rehearsal mode,
 //! and the role-wise advantages every row trains with.
+//!
+//! The inline protocol (`[protocol] mode = "inline"`): its first Act prompt is the reference
+//! one, later Act prompts extend earlier rows token for token, Rehearse rows branch off the
+//! stream with facts Act rows never see, a bad inline result ends the episode, and a real
+//! result joins the stream in the tool frame.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use envace::actors::env_actor::EnvFactory;
 use envace::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
 use envace::actors::learner::grpo_batch;
-use envace::actors::protocol::{PromptKit, ToolRendering};
+use envace::actors::protocol::{act_messages, PromptKit, RolloutProtocol, ToolRendering};
 use envace::actors::topology::{Topology, TopologySpec};
 use envace::actors::worker::{Generated, Job, ModelInfo, WorkerHandle};
 use envace::actors::{
-    ChecklistItem, EnvTask, EpisodeTask, Judge, JudgeTask, Split, TurnCalls, Verdict,
+    ChecklistItem, EnvTask, Environment, EnvironmentError, EpisodeTask, Judge, JudgeTask,
+    Observation, Split, ToolCall, TurnCalls, Verdict,
 };
 use envace::bfcl::judge::RuleChecklistJudge;
 use envace::kernels::{load, FinishReason, GrpoConfig, ModelSource};
-use envace::storage::{MessageRole, Role, RunId, Store, StoreOptions, TaskId, Termination};
+use envace::storage::{
+    Message, MessageRole, Role, Row, RunId, Store, StoreOptions, TaskId, Termination, ToolExchange,
+};
 use serde_json::{json, Map, Value};
 
 /// Answers a prompt (decoded text) with the completion text to return.
@@ -200,6 +209,15 @@ mod tempdir {
 }
 
 async fn world(script: Arc<Script>, judge: Arc<dyn Judge>, context_len: usize) -> World {
+    world_with_env(script, judge, context_len, None).await
+}
+
+async fn world_with_env(
+    script: Arc<Script>,
+    judge: Arc<dyn Judge>,
+    context_len: usize,
+    environment: Option<EnvFactory>,
+) -> World {
     let dir = tempdir::Dir::new("protocol");
     let scripted = scripted(kit(), context_len, script);
     let store = Arc::new(Store::open(dir.0.join("db"), StoreOptions::default()).expect("store"));
@@ -212,7 +230,7 @@ async fn world(script: Arc<Script>, judge: Arc<dyn Judge>, context_len: usize) -
         scripted.worker.clone(),
         scripted.kit.clone(),
         judge,
-        None,
+        environment,
         store,
     )
     .await
@@ -585,6 +603,269 @@ fn every_row_trains_with_its_trajectory_reward_and_role_wise_advantage() {
         // Exact ids travel unchanged into the training rows.
         assert_eq!(batch.rows[0].completion_ids, good.rows[0].completion_ids);
         assert_eq!(batch.rows[0].prompt_ids, good.rows[0].prompt_ids);
+        w.topology.stop();
+    });
+}
+
+// ---- The inline protocol -------------------------------------------------------------------
+
+fn inline_config() -> EpisodeConfig {
+    EpisodeConfig {
+        protocol: RolloutProtocol::Inline,
+        ..config()
+    }
+}
+
+/// The last user message and how many tool turns follow it in an inline Act prompt.
+fn inline_act_state(prompt: &str) -> (String, usize) {
+    let last_user = prompt.rfind("<|im_start|>user\n").expect("a user turn");
+    let rest = &prompt[last_user + "<|im_start|>user\n".len()..];
+    let user = rest.split("<|im_end|>").next().unwrap_or("").to_string();
+    (user, rest.matches("<|im_start|>tool\n").count())
+}
+
+/// The good policy in the inline format: bare JSON results.
+fn inline_policy() -> Arc<Script> {
+    Arc::new(|prompt: &str| {
+        if is_rehearse(prompt) {
+            return "{\"ok\": true}".into();
+        }
+        match inline_act_state(prompt) {
+            (u, 0) if u.starts_with("Go to docs") => format!(
+                "{}\n{}",
+                call("cd", json!({"folder": "docs"})),
+                call("ls", json!({}))
+            ),
+            (u, 0) if u.starts_with("Show file") => call("cat", json!({"file": "a"})),
+            _ => "All done.".into(),
+        }
+    })
+}
+
+fn full(row: &Row) -> Vec<u32> {
+    let mut ids = row.prompt_ids.clone();
+    ids.extend(&row.completion_ids);
+    ids
+}
+
+#[test]
+fn inline_act_prompts_start_as_the_reference_prompt_and_extend_each_other() {
+    rt().block_on(async {
+        let w = world(inline_policy(), Arc::new(RuleChecklistJudge), 4096).await;
+        let task = task("i");
+        let t = run_episode_supervised(
+            &w.topology.rehearsal_agents(),
+            &inline_config(),
+            &spec(task.clone(), 0),
+        )
+        .await;
+        assert_eq!(t.termination, Termination::Completed, "{:#?}", t.messages);
+        assert_eq!(t.reward, 1.0);
+        use Role::{Act, Rehearse};
+        let roles: Vec<Role> = t.rows.iter().map(|r| r.role).collect();
+        assert_eq!(
+            roles,
+            vec![Act, Rehearse, Rehearse, Act, Act, Rehearse, Act]
+        );
+        let kit = &w.scripted.kit;
+        // The first Act span has the reference protocol's exact context.
+        let history = [Message {
+            role: MessageRole::User,
+            content: task.user_turns[0][0].clone(),
+            tool_name: None,
+            row: None,
+        }];
+        let reference = kit
+            .encode_chat(
+                &act_messages(&task.tools, ToolRendering::Compact, &history, None),
+                true,
+            )
+            .expect("reference prompt");
+        assert_eq!(t.rows[0].prompt_ids, reference);
+        // Every row's prompt extends every earlier Act row (prompt + completion).
+        for (i, row) in t.rows.iter().enumerate() {
+            assert_eq!(row.completion_ids.last().copied(), kit.eos_id());
+            if row.role == Act {
+                for later in &t.rows[i + 1..] {
+                    assert!(later.prompt_ids.starts_with(&full(row)), "row {i}");
+                }
+            }
+        }
+        // Both calls of the first turn were rehearsed against the same stream; their exact
+        // ids joined it afterwards, in call order, in the template's tool frame.
+        let turn = full(&t.rows[0]);
+        assert!(t.rows[1].prompt_ids.starts_with(&turn) && t.rows[2].prompt_ids.starts_with(&turn));
+        let tool = kit.encode("<|im_start|>tool\n").expect("encode");
+        let newline = kit.encode("\n").expect("encode");
+        let mut expected = turn.clone();
+        expected.extend(&newline);
+        for r in [&t.rows[1], &t.rows[2]] {
+            expected.extend(&tool);
+            expected.extend(&r.completion_ids);
+            expected.extend(&newline);
+        }
+        assert!(t.rows[3].prompt_ids.starts_with(&expected));
+        // Messages, tool rows and the judge's inputs are as in the reference protocol.
+        let tools: Vec<_> = t
+            .messages
+            .iter()
+            .filter(|m| m.role == MessageRole::Tool)
+            .collect();
+        assert_eq!(tools.len(), 3);
+        assert_eq!(
+            (tools[0].row, tools[1].row, tools[2].row),
+            (Some(1), Some(2), Some(5))
+        );
+        assert_eq!(tools[0].content, "{\"ok\": true}");
+        assert_eq!(w.topology.real_env_calls(), 0);
+        w.topology.stop();
+    });
+}
+
+fn facts(result: &str) -> Arc<Vec<ToolExchange>> {
+    Arc::new(vec![ToolExchange {
+        name: "ls".into(),
+        arguments_json: "{}".into(),
+        result_json: result.into(),
+    }])
+}
+
+#[test]
+fn inline_act_rows_never_see_the_rehearse_facts() {
+    rt().block_on(async {
+        let w = world(inline_policy(), Arc::new(RuleChecklistJudge), 4096).await;
+        let mut one = spec(task("v"), 0);
+        one.facts = facts("{\"secret_one\": 1}");
+        let mut two = spec(task("v"), 0);
+        two.facts = facts("{\"secret_two\": 2}");
+        let agents = w.topology.rehearsal_agents();
+        let a = run_episode_supervised(&agents, &inline_config(), &one).await;
+        let b = run_episode_supervised(&agents, &inline_config(), &two).await;
+        assert_eq!(a.termination, Termination::Completed);
+        assert_eq!(a.rows.len(), b.rows.len());
+        let kit = &w.scripted.kit;
+        let mut stream: Vec<u32> = Vec::new();
+        for (x, y) in a.rows.iter().zip(&b.rows) {
+            assert_eq!(x.role, y.role);
+            match x.role {
+                Role::Act => {
+                    assert_eq!(
+                        x.prompt_ids, y.prompt_ids,
+                        "Act context depends on the facts"
+                    );
+                    let text = kit.tokenizer.decode(&x.prompt_ids, false).expect("decode");
+                    assert!(!text.contains("secret_") && !text.contains("# Known facts"));
+                    stream = full(x);
+                }
+                Role::Rehearse => {
+                    assert_ne!(x.prompt_ids, y.prompt_ids);
+                    assert!(x.prompt_ids.starts_with(&stream));
+                    let text = kit.tokenizer.decode(&x.prompt_ids, false).expect("decode");
+                    assert!(text.contains("secret_one") && text.contains("# Call to simulate"));
+                    assert!(text.ends_with("<|im_start|>tool\n"));
+                }
+            }
+        }
+        w.topology.stop();
+    });
+}
+
+#[test]
+fn an_inline_result_that_is_not_json_ends_the_episode() {
+    // The reference format is not the inline format either.
+    for (result, code) in [
+        ("the file was listed", "INVALID_JSON"),
+        (
+            "\n<execution_result>\n{}\n</execution_result>",
+            "INVALID_JSON",
+        ),
+        ("42", "NOT_OBJECT_OR_ARRAY"),
+    ] {
+        let script: Arc<Script> = Arc::new(move |prompt: &str| {
+            if is_rehearse(prompt) {
+                result.into()
+            } else {
+                call("cd", json!({"folder": "docs"}))
+            }
+        });
+        rt().block_on(async {
+            let w = world(script, Arc::new(RuleChecklistJudge), 4096).await;
+            let t = run_episode_supervised(
+                &w.topology.rehearsal_agents(),
+                &inline_config(),
+                &spec(task("e"), 0),
+            )
+            .await;
+            assert_eq!(t.termination, Termination::RehearseFormatError, "{result}");
+            assert_eq!(t.reward, 0.0);
+            assert_eq!(
+                t.rows.iter().map(|r| r.role).collect::<Vec<_>>(),
+                vec![Role::Act, Role::Rehearse]
+            );
+            let last = t.messages.last().unwrap();
+            assert!(last.content.contains(code), "{}", last.content);
+            assert_eq!(last.row, Some(1));
+            w.topology.stop();
+        });
+    }
+}
+
+/// A real environment whose every call returns `{"real": "<name>"}`.
+struct Echo;
+
+impl Environment for Echo {
+    fn tools(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    fn reset(&mut self, _task: &EnvTask) -> Result<(), EnvironmentError> {
+        Ok(())
+    }
+    fn execute(&mut self, call: &ToolCall) -> Observation {
+        let value = json!({"real": call.name});
+        Observation {
+            text: value.to_string(),
+            value,
+            is_error: false,
+        }
+    }
+    fn snapshot(&self) -> Value {
+        Value::Null
+    }
+}
+
+#[test]
+fn a_real_inline_episode_appends_the_real_results_to_the_stream() {
+    rt().block_on(async {
+        let factory: EnvFactory = Arc::new(|| Box::new(Echo) as Box<dyn Environment>);
+        let w = world_with_env(
+            inline_policy(),
+            Arc::new(RuleChecklistJudge),
+            4096,
+            Some(factory),
+        )
+        .await;
+        let agents = w
+            .topology
+            .real_agents(w.topology.judge.clone())
+            .expect("real agents");
+        let t = run_episode_supervised(&agents, &inline_config(), &spec(task("real"), 0)).await;
+        assert_eq!(t.termination, Termination::Completed, "{:#?}", t.messages);
+        assert!(t.rows.iter().all(|r| r.role == Role::Act));
+        assert_eq!(t.rows.len(), 4);
+        assert_eq!(w.topology.real_env_calls(), 3);
+        for (i, row) in t.rows.iter().enumerate() {
+            for later in &t.rows[i + 1..] {
+                assert!(later.prompt_ids.starts_with(&full(row)), "row {i}");
+            }
+        }
+        let kit = &w.scripted.kit;
+        let second = kit
+            .tokenizer
+            .decode(&t.rows[1].prompt_ids, false)
+            .expect("decode");
+        assert!(second.ends_with(
+            "</tool_call><|im_end|>\n<|im_start|>tool\n{\"real\":\"cd\"}<|im_end|>\n<|im_start|>tool\n{\"real\":\"ls\"}<|im_end|>\n<|im_start|>assistant\n"
+        ), "{second}");
         w.topology.stop();
     });
 }

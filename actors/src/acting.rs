@@ -1,12 +1,13 @@
-//! The Acting actor: renders the Act prompt from the history, asks the Engine for one turn and
-//! parses it (Hermes `<tool_call>` blocks or a final answer; DESIGN.md §2).
+//! The Acting actor: renders the Act prompt from the history (or takes the inline protocol's
+//! stream prompt), asks the Engine for one turn and parses it (Hermes `<tool_call>` blocks or
+//! a final answer; DESIGN.md §2).
 
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::engine::EngineMsg;
-use crate::generation::{generate_row, prepare, reply_later, Prepared};
+use crate::generation::{generate_row, prepare, prepare_ids, reply_later, Prepared};
 use crate::kernels::SamplingParams;
 use crate::protocol::{
     act_messages, parse_act, ActOutput, ActParseError, PromptKit, ToolRendering,
@@ -29,6 +30,10 @@ pub struct ActRequest {
     /// Sampling for this turn: `max_new_tokens` and the seed are used as given; the end-of-turn
     /// token is added to the stop ids.
     pub params: SamplingParams,
+    /// The inline protocol's prompt ([`crate::protocol::InlineStream::act_prompt`]): when
+    /// given, it is used as is and `history`, `memory` and `rendering` are not rendered
+    /// (`None`: the reference protocol's [`act_messages`] prompt).
+    pub prompt_ids: Option<Vec<u32>>,
 }
 
 /// The outcome of one Act generation call.
@@ -86,20 +91,31 @@ impl Actor for ActingActor {
     ) -> Result<(), ActorProcessingErr> {
         let ActingMsg::Act(request, reply) = msg;
         // Rendering is cheap and stays in the handler; generation is awaited off the mailbox.
-        let messages = act_messages(
-            &request.task.tools,
-            request.rendering,
-            &request.history,
-            request.memory.as_deref(),
-        );
-        let prepared = prepare(
-            &state.kit,
-            state.info,
-            &messages,
-            request.params,
-            None,
-            "Act",
-        );
+        let prepared = match request.prompt_ids {
+            Some(ids) => Ok(prepare_ids(
+                &state.kit,
+                state.info,
+                ids,
+                request.params,
+                None,
+            )),
+            None => {
+                let messages = act_messages(
+                    &request.task.tools,
+                    request.rendering,
+                    &request.history,
+                    request.memory.as_deref(),
+                );
+                prepare(
+                    &state.kit,
+                    state.info,
+                    &messages,
+                    request.params,
+                    None,
+                    "Act",
+                )
+            }
+        };
         let generation = match prepared {
             Err(e) => {
                 let _ = reply.send(Err(e));

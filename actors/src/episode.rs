@@ -8,6 +8,13 @@
 //! judge scores the transcript so far; the next user turn follows only if no required item
 //! failed. An Act parse error, a Rehearse format error, the generation-call cap or the context
 //! cap end the episode with 0 for the turn in progress (and every later turn).
+//!
+//! Two protocols ([`EpisodeConfig::protocol`]): `reference` renders a fresh prompt per Act turn
+//! and per Rehearse call; `inline` keeps one [`InlineStream`] per trajectory — Act prompts are
+//! the stream plus the assistant header, Rehearse prompts branch off it with a private block
+//! (facts, call), and the stream grows by every Act turn's and every tool result's exact ids
+//! (see `protocol::inline`). The message history, transcript and judge inputs are the same in
+//! both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,7 +28,7 @@ use crate::environment::ToolCall;
 use crate::judge::{TurnCalls, Verdict};
 use crate::judge_actor::JudgeMsg;
 use crate::kernels::SamplingParams;
-use crate::protocol::{python_json, ToolRendering};
+use crate::protocol::{python_json, InlineStream, PromptKit, RolloutProtocol, ToolRendering};
 use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
 use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::{
@@ -37,6 +44,10 @@ pub struct EpisodeConfig {
     /// How tool schemas are shown in prompts (set from the protocol section of a config).
     #[serde(skip)]
     pub tool_rendering: ToolRendering,
+    /// Reference or inline prompts (set from the protocol section's `mode`). Inline needs
+    /// [`Agents::kit`].
+    #[serde(skip)]
+    pub protocol: RolloutProtocol,
     /// Most generation calls (Act turns plus Rehearse calls) per episode.
     pub max_generation_calls: usize,
     /// Play at most this many user turns of each task (`None`: all); the judge still divides
@@ -60,6 +71,7 @@ impl Default for EpisodeConfig {
     fn default() -> Self {
         Self {
             tool_rendering: ToolRendering::Full,
+            protocol: RolloutProtocol::Reference,
             max_generation_calls: 200,
             max_user_turns: None,
             act_max_new_tokens: 512,
@@ -104,6 +116,9 @@ pub struct Agents {
     pub observations: ObservationSource,
     /// The judge scoring each user turn and the episode.
     pub judge: Slot<JudgeMsg>,
+    /// Tokenizer and chat template, for building the inline protocol's stream (required when
+    /// [`EpisodeConfig::protocol`] is inline; the reference protocol renders in the actors).
+    pub kit: Option<Arc<PromptKit>>,
 }
 
 /// One episode to run.
@@ -336,6 +351,16 @@ async fn drive(
     let turns = cfg
         .max_user_turns
         .map_or(task.user_turns.len(), |m| m.min(task.user_turns.len()));
+    let kit = match cfg.protocol {
+        RolloutProtocol::Reference => None,
+        RolloutProtocol::Inline => Some(agents.kit.clone().ok_or_else(|| {
+            ActorCallError(
+                "the inline protocol needs a PromptKit in Agents::kit (Topology's agents set it)"
+                    .into(),
+            )
+        })?),
+    };
+    let mut stream: Option<InlineStream> = None;
     let mut transcript: Vec<TurnCalls> = Vec::new();
     for (t, user_messages) in task.user_turns.iter().enumerate().take(turns) {
         if let ObservationSource::Real(env) = &agents.observations {
@@ -344,6 +369,26 @@ async fn drive(
         for m in user_messages {
             run.history
                 .push(message(MessageRole::User, m.clone(), None));
+        }
+        if let Some(kit) = &kit {
+            let inline = |e: crate::protocol::ProtocolError| {
+                ActorCallError(format!("building the inline stream of {}: {e}", task.id))
+            };
+            match &mut stream {
+                None => {
+                    stream = Some(
+                        InlineStream::new(
+                            kit,
+                            &task.tools,
+                            cfg.tool_rendering,
+                            spec.memory.as_deref(),
+                            user_messages,
+                        )
+                        .map_err(inline)?,
+                    );
+                }
+                Some(s) => s.push_user(kit, user_messages).map_err(inline)?,
+            }
         }
         transcript.push(TurnCalls::default());
         loop {
@@ -357,6 +402,7 @@ async fn drive(
                 memory: spec.memory.clone(),
                 rendering: cfg.tool_rendering,
                 params: cfg.params(cfg.act_max_new_tokens, seed_of(run.calls)),
+                prompt_ids: stream.as_ref().map(InlineStream::act_prompt),
             };
             let act = agents
                 .acting
@@ -373,6 +419,9 @@ async fn drive(
                 ActTurn::Generated { row, text, parsed } => (row, text, parsed),
             };
             let before = run.history.clone();
+            if let Some(s) = &mut stream {
+                s.push_act(&row.completion_ids);
+            }
             let r = run.push_row(row);
             run.history
                 .push(message(MessageRole::Assistant, text.clone(), Some(r)));
@@ -392,8 +441,12 @@ async fn drive(
             // Every call of the turn sees the same history; results are appended afterwards.
             let mut results = Vec::with_capacity(output.calls.len());
             for call in &output.calls {
+                let inline = match (&kit, &stream) {
+                    (Some(kit), Some(stream)) => Some((kit.as_ref(), stream)),
+                    _ => None,
+                };
                 match execute(
-                    agents, cfg, spec, episode, run, &before, &text, call, &seed_of,
+                    agents, cfg, spec, episode, run, &before, &text, call, inline, &seed_of,
                 )
                 .await?
                 {
@@ -406,6 +459,16 @@ async fn drive(
             }
             current.calls.extend(output.calls.iter().cloned());
             for (name, result) in results {
+                if let (Some(kit), Some(s)) = (&kit, &mut stream) {
+                    // A rehearsed result joins the stream as the exact sampled ids; a real one
+                    // (evaluation) as encoded text in the same tool frame.
+                    match result.1 {
+                        Some(r) => s.push_tool_result_ids(&run.rows[r as usize].completion_ids),
+                        None => s.push_tool_result_text(kit, &result.0).map_err(|e| {
+                            ActorCallError(format!("encoding a tool result of {}: {e}", task.id))
+                        })?,
+                    }
+                }
                 let mut m = message(MessageRole::Tool, result.0, result.1);
                 m.tool_name = Some(name);
                 run.history.push(m);
@@ -432,7 +495,8 @@ async fn drive(
 }
 
 /// Executes one call: `Ok(Ok((result text, rehearse row index)))`, or `Ok(Err(termination))`
-/// when the simulator's output is malformed or the caps are hit.
+/// when the simulator's output is malformed or the caps are hit. `inline` is the kit and the
+/// trajectory's stream in the inline protocol (the Rehearse prompt branches off the stream).
 #[allow(clippy::too_many_arguments)]
 async fn execute(
     agents: &Agents,
@@ -443,6 +507,7 @@ async fn execute(
     history: &[Message],
     act_text: &str,
     call: &ToolCall,
+    inline: Option<(&PromptKit, &InlineStream)>,
     seed_of: &impl Fn(usize) -> u64,
 ) -> Result<Result<(String, Option<u32>), Termination>, ActorCallError> {
     let clock = Instant::now();
@@ -460,6 +525,25 @@ async fn execute(
             if run.calls >= cfg.max_generation_calls {
                 return Ok(Err(Termination::MaxGenerationCalls));
             }
+            let prompt_ids = match inline {
+                Some((kit, stream)) => Some(
+                    stream
+                        .rehearse_prompt(
+                            kit,
+                            &spec.task.tools,
+                            cfg.tool_rendering,
+                            &spec.facts,
+                            call,
+                        )
+                        .map_err(|e| {
+                            ActorCallError(format!(
+                                "building the inline Rehearse prompt of {}: {e}",
+                                spec.task.id
+                            ))
+                        })?,
+                ),
+                None => None,
+            };
             let request = RehearseRequest {
                 task: spec.task.clone(),
                 facts: spec.facts.clone(),
@@ -468,6 +552,7 @@ async fn execute(
                 call: call.clone(),
                 rendering: cfg.tool_rendering,
                 params: cfg.params(cfg.rehearse_max_new_tokens, seed_of(run.calls)),
+                prompt_ids,
             };
             let turn = pool
                 .pick()

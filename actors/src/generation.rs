@@ -1,5 +1,6 @@
-//! The generation path Acting and Rehearsal share: render a chat prompt, add the end-of-turn
-//! stop, apply the context cap, then ask the Engine and turn its answer into a [`Row`].
+//! The generation path Acting and Rehearsal share: render a chat prompt (or take the inline
+//! protocol's ready one), add the end-of-turn stop, apply the context cap, then ask the Engine
+//! and turn its answer into a [`Row`].
 
 use ractor::RpcReplyPort;
 
@@ -19,8 +20,7 @@ pub(crate) enum Prepared {
     },
 }
 
-/// Renders `messages` (with the generation prompt), adds the end-of-turn token and
-/// `stop_string` to the stops, and checks prompt plus `max_new_tokens` against the context.
+/// Renders `messages` (with the generation prompt), then as [`prepare_ids`].
 ///
 /// # Errors
 /// The template or tokenizer fails (`what` names the role in the message).
@@ -28,13 +28,25 @@ pub(crate) fn prepare(
     kit: &PromptKit,
     info: ModelInfo,
     messages: &[ChatMessage],
-    mut params: SamplingParams,
+    params: SamplingParams,
     stop_string: Option<&str>,
     what: &str,
 ) -> Result<Prepared, String> {
     let prompt_ids = kit
         .encode_chat(messages, true)
         .map_err(|e| format!("rendering the {what} prompt: {e}"))?;
+    Ok(prepare_ids(kit, info, prompt_ids, params, stop_string))
+}
+
+/// Takes a ready prompt (the inline protocol builds its own), adds the end-of-turn token and
+/// `stop_string` to the stops, and checks prompt plus `max_new_tokens` against the context.
+pub(crate) fn prepare_ids(
+    kit: &PromptKit,
+    info: ModelInfo,
+    prompt_ids: Vec<u32>,
+    mut params: SamplingParams,
+    stop_string: Option<&str>,
+) -> Prepared {
     if let Some(eos) = kit.eos_id() {
         if !params.stop_token_ids.contains(&eos) {
             params.stop_token_ids.push(eos);
@@ -46,11 +58,11 @@ pub(crate) fn prepare(
         }
     }
     if prompt_ids.len() + params.max_new_tokens > info.context_len {
-        return Ok(Prepared::TooLong {
+        return Prepared::TooLong {
             prompt_tokens: prompt_ids.len(),
-        });
+        };
     }
-    Ok(Prepared::Ready(GenerationRequest { prompt_ids, params }))
+    Prepared::Ready(GenerationRequest { prompt_ids, params })
 }
 
 /// Generates `request` and returns the row (exact ids, log-probs, policy version) with the

@@ -1,6 +1,8 @@
 //! The Rehearsal actor: renders the Rehearse prompt for one tool call (DESIGN.md §2: a fresh
 //! `[system, user]` chat with the whitelist, few-shot facts, the conversation so far, the Act
-//! turn's raw text and the call), asks the Engine, parses `<execution_result>`.
+//! turn's raw text and the call), asks the Engine, parses `<execution_result>`. In the inline
+//! protocol the prompt comes ready (the trajectory's stream and a private block) and the
+//! output is a bare JSON result.
 
 use std::sync::Arc;
 
@@ -9,10 +11,11 @@ use serde_json::Value;
 
 use crate::engine::EngineMsg;
 use crate::environment::ToolCall;
-use crate::generation::{generate_row, prepare, reply_later, Prepared};
+use crate::generation::{generate_row, prepare, prepare_ids, reply_later, Prepared};
 use crate::kernels::SamplingParams;
 use crate::protocol::{
-    parse_rehearse, rehearse_messages, PromptKit, RehearseParseError, ToolRendering, REHEARSE_STOP,
+    parse_inline_result, parse_rehearse, rehearse_messages, PromptKit, RehearseParseError,
+    ToolRendering, REHEARSE_STOP,
 };
 use crate::slot::Slot;
 use crate::storage::{Message, Role, Row, ToolExchange};
@@ -33,8 +36,15 @@ pub struct RehearseRequest {
     pub call: ToolCall,
     /// How the tools are shown.
     pub rendering: ToolRendering,
-    /// Sampling; the end-of-turn token and `</execution_result>` are added as stops.
+    /// Sampling; the end-of-turn token (and, in the reference protocol, `</execution_result>`)
+    /// are added as stops.
     pub params: SamplingParams,
+    /// The inline protocol's prompt ([`crate::protocol::InlineStream::rehearse_prompt`]): when
+    /// given, it is used as is (`facts`, `history`, `act_text` and `rendering` are not
+    /// rendered), generation stops on the end-of-turn token only, and the output is read as a
+    /// bare JSON result ([`parse_inline_result`]). `None`: the reference protocol's
+    /// [`rehearse_messages`] prompt and `<execution_result>` block.
+    pub prompt_ids: Option<Vec<u32>>,
 }
 
 /// The outcome of one Rehearse generation call.
@@ -96,22 +106,34 @@ impl Actor for RehearsalActor {
         state: &mut RehearsalArgs,
     ) -> Result<(), ActorProcessingErr> {
         let RehearsalMsg::Rehearse(request, reply) = msg;
-        let messages = rehearse_messages(
-            &request.task.tools,
-            request.rendering,
-            &request.facts,
-            &request.history,
-            &request.act_text,
-            &request.call,
-        );
-        let prepared = prepare(
-            &state.kit,
-            state.info,
-            &messages,
-            request.params,
-            Some(REHEARSE_STOP),
-            "Rehearse",
-        );
+        let inline = request.prompt_ids.is_some();
+        let prepared = match request.prompt_ids {
+            Some(ids) => Ok(prepare_ids(
+                &state.kit,
+                state.info,
+                ids,
+                request.params,
+                None,
+            )),
+            None => {
+                let messages = rehearse_messages(
+                    &request.task.tools,
+                    request.rendering,
+                    &request.facts,
+                    &request.history,
+                    &request.act_text,
+                    &request.call,
+                );
+                prepare(
+                    &state.kit,
+                    state.info,
+                    &messages,
+                    request.params,
+                    Some(REHEARSE_STOP),
+                    "Rehearse",
+                )
+            }
+        };
         let generation = match prepared {
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -126,7 +148,11 @@ impl Actor for RehearsalActor {
         let (engine, kit) = (state.engine.clone(), state.kit.clone());
         reply_later(reply, async move {
             let (row, text) = generate_row(&engine, &kit, Role::Rehearse, generation).await?;
-            let parsed = parse_rehearse(&text);
+            let parsed = if inline {
+                parse_inline_result(&text)
+            } else {
+                parse_rehearse(&text)
+            };
             Ok(RehearseTurn::Generated { row, text, parsed })
         });
         Ok(())

@@ -222,6 +222,7 @@ impl Topology {
             acting: self.acting.clone(),
             observations: ObservationSource::Rehearsal(self.rehearsal.clone()),
             judge: self.judge.clone(),
+            kit: Some(self.kit.clone()),
         }
     }
 
@@ -238,6 +239,7 @@ impl Topology {
             acting: self.acting.clone(),
             observations: ObservationSource::Real(env),
             judge,
+            kit: Some(self.kit.clone()),
         })
     }
 

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch; `anyhow` lives here and nowhere below.
 mod bench;
+mod bench_rollout;
 mod bfcl;
 mod generate;
 mod inspect;

@@ -7,6 +7,7 @@
 //! `training.png`. Every stage adds its numbers to the report and saves it, so a stopped run
 //! keeps what it measured and `train` resumes from the run state in sled.
 
+mod bench;
 mod collect;
 mod eval;
 mod sft;
@@ -36,6 +37,7 @@ use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
 use crate::storage::{Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
+pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, RolloutBench};
 pub use eval::Variant;
 pub use tts::{tts_table, TtsConfig, TtsResult, TtsSpec};
 

@@ -1,6 +1,8 @@
 //! `sft`: the supervised warm-up. Act rows: the seed's assistant turns (Hermes tool calls, or
 //! the final answer) given the conversation before them; Rehearse rows: each real observation
-//! given its call. Only the completion tokens are trained.
+//! given its call. Only the completion tokens are trained. Rows are built in the run's
+//! protocol (`[protocol] mode`): reference prompts, or the inline protocol's stream and
+//! branches, so the warm-up teaches the format rollouts use.
 
 use std::time::Instant;
 
@@ -12,14 +14,16 @@ use super::{progress, secs, Pipeline, SFT_RUN};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::{
-    act_messages, rehearse_messages, render_rehearse_target, PromptKit, SeedPool,
+    act_messages, canonical_result, rehearse_messages, render_rehearse_target, InlineStream,
+    PromptKit, RolloutProtocol, SeedPool, ToolRendering,
 };
 use crate::actors::{EpisodeTask, Split, ToolCall};
 use crate::kernels::ScoreRow;
 use crate::report::StageReport;
 use crate::storage::{Checkpoint, MessageRole, RunId, RunState, SeedTrajectory};
 
-/// Warm-up rows of one seed, in conversation order.
+/// Warm-up rows of one seed, in conversation order, in the protocol of `cfg.protocol.mode`
+/// (see [`inline_seed_rows`] for the inline one).
 ///
 /// Rehearse rows take their few-shot facts from *other* train tasks (the pool is asked as if
 /// the task were a test task), so the target result is never in its own prompt.
@@ -41,6 +45,9 @@ pub fn seed_rows(
         cfg.protocol.max_facts,
         cfg.protocol.max_fact_chars,
     );
+    if cfg.protocol.mode == RolloutProtocol::Inline {
+        return inline_seed_rows(kit, task, seed, &facts, rendering);
+    }
     let eos: Vec<u32> = kit.eos_id().into_iter().collect();
     let mut rows = Vec::new();
     let mut exchange = seed.tool_calls.iter();
@@ -85,6 +92,92 @@ pub fn seed_rows(
                 ));
             }
             _ => {}
+        }
+    }
+    Ok(rows)
+}
+
+/// Inline warm-up rows of one seed: the seed conversation as one [`InlineStream`].
+///
+/// * Act rows: the stream so far plus the assistant header → the seed's assistant text
+///   encoded, plus the end token (the stream then grows by exactly those ids), so every Act
+///   row's prompt extends the previous rows';
+/// * Rehearse rows: the stream after the Act turn plus the private block (`facts`, the call)
+///   and the tool header → the real result as compact JSON ([`canonical_result`]) plus the end
+///   token; every call of a turn branches off the same stream, and the results join it (as
+///   those target ids) after the turn's last call, as in a rollout.
+///
+/// # Errors
+/// Rendering or tokenising fails, or a tool message has no recorded call.
+pub fn inline_seed_rows(
+    kit: &PromptKit,
+    task: &EpisodeTask,
+    seed: &SeedTrajectory,
+    facts: &[crate::storage::ToolExchange],
+    rendering: ToolRendering,
+) -> Result<Vec<(crate::storage::Role, ScoreRow)>> {
+    let eos: Vec<u32> = kit.eos_id().into_iter().collect();
+    let mut rows = Vec::new();
+    let mut exchange = seed.tool_calls.iter();
+    let mut users: Vec<String> = Vec::new();
+    let mut stream: Option<InlineStream> = None;
+    // Results of the current Act turn's calls, joined to the stream after its last call.
+    let mut pending: Vec<Vec<u32>> = Vec::new();
+    for m in &seed.messages {
+        if m.role != MessageRole::Tool {
+            if let Some(s) = &mut stream {
+                for result in pending.drain(..) {
+                    s.push_tool_result_ids(&result);
+                }
+            }
+        }
+        match m.role {
+            MessageRole::User => users.push(m.content.clone()),
+            MessageRole::Assistant => {
+                let s = match &mut stream {
+                    Some(s) => {
+                        s.push_user(kit, &users)?;
+                        s
+                    }
+                    None => stream.insert(InlineStream::new(
+                        kit,
+                        &task.tools,
+                        rendering,
+                        None,
+                        &users,
+                    )?),
+                };
+                users.clear();
+                let mut completion = kit.encode(&m.content)?;
+                completion.extend(&eos);
+                rows.push((
+                    crate::storage::Role::Act,
+                    ScoreRow {
+                        prompt_ids: s.act_prompt(),
+                        completion_ids: completion.clone(),
+                    },
+                ));
+                s.push_act(&completion);
+            }
+            MessageRole::Tool => {
+                let (Some(x), Some(s)) = (exchange.next(), &stream) else {
+                    bail!("seed of {}: a tool message without a call", seed.task);
+                };
+                let arguments = serde_json::from_str(&x.arguments_json)
+                    .map_err(|e| anyhow!("seed of {}: arguments of {}: {e}", seed.task, x.name))?;
+                let call = ToolCall::new(x.name.clone(), arguments);
+                let mut completion = kit.encode(&canonical_result(&x.result_json))?;
+                completion.extend(&eos);
+                rows.push((
+                    crate::storage::Role::Rehearse,
+                    ScoreRow {
+                        prompt_ids: s.rehearse_prompt(kit, &task.tools, rendering, facts, &call)?,
+                        completion_ids: completion.clone(),
+                    },
+                ));
+                pending.push(completion);
+            }
+            MessageRole::System => {}
         }
     }
     Ok(rows)
@@ -224,5 +317,173 @@ impl Pipeline {
         };
         self.record_stage("sft", stage.clone());
         Ok(stage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::actors::{EnvTask, JudgeTask};
+    use crate::config::RunConfig;
+    use crate::kernels::gguf::GgufFile;
+    use crate::kernels::loader::embedded_gguf_path;
+    use crate::kernels::{ChatTemplate, Tokenizer};
+    use crate::storage::{Message, Role, TaskId, ToolExchange};
+
+    fn kit() -> PromptKit {
+        let gguf = GgufFile::open(&embedded_gguf_path()).expect("SmolLM2 GGUF: run `make setup`");
+        let tokenizer = Tokenizer::from_gguf_metadata(gguf.metadata()).expect("tokenizer");
+        let template = ChatTemplate::from_tokenizer(&tokenizer).expect("template");
+        PromptKit::new(tokenizer, Some(template)).expect("kit")
+    }
+
+    fn task(id: &str) -> EpisodeTask {
+        let tool = |name: &str| {
+            json!({"type": "function", "function": {"name": name, "description": "A tool.",
+                "parameters": {"type": "object", "properties": {}, "required": []}}})
+        };
+        EpisodeTask {
+            id: TaskId::from(id),
+            split: Split::Train,
+            tools: vec![tool("cd"), tool("ls"), tool("cat")],
+            user_turns: Vec::new(),
+            judge: JudgeTask {
+                id: id.into(),
+                checklist: Vec::new(),
+                parameter_order: BTreeMap::new(),
+            },
+            env: EnvTask {
+                id: id.into(),
+                spec: serde_json::Value::Null,
+            },
+        }
+    }
+
+    fn m(role: MessageRole, content: &str) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            tool_name: None,
+            row: None,
+        }
+    }
+
+    fn exchange(name: &str, result: &str) -> ToolExchange {
+        ToolExchange {
+            name: name.into(),
+            arguments_json: "{}".into(),
+            result_json: result.into(),
+        }
+    }
+
+    /// Two user turns; the first Act turn makes two calls.
+    fn seed(id: &str, results: [&str; 3]) -> SeedTrajectory {
+        use MessageRole::{Assistant, Tool, User};
+        SeedTrajectory {
+            task: TaskId::from(id),
+            index: 0,
+            messages: vec![
+                m(User, "Go to docs and list it."),
+                m(
+                    Assistant,
+                    "<tool_call>\n{\"name\": \"cd\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>",
+                ),
+                m(Tool, results[0]),
+                m(Tool, results[1]),
+                m(Assistant, "Done."),
+                m(User, "Show file a."),
+                m(
+                    Assistant,
+                    "<tool_call>\n{\"name\": \"cat\", \"arguments\": {}}\n</tool_call>",
+                ),
+                m(Tool, results[2]),
+                m(Assistant, "Here it is."),
+            ],
+            tool_calls: vec![
+                exchange("cd", results[0]),
+                exchange("ls", results[1]),
+                exchange("cat", results[2]),
+            ],
+        }
+    }
+
+    #[test]
+    fn inline_warm_up_rows_follow_one_stream_and_target_the_real_results() {
+        let kit = kit();
+        let mut cfg = RunConfig::from_toml("[protocol]\nmode = \"inline\"\n").expect("config");
+        cfg.protocol.tool_rendering = ToolRendering::Compact;
+        let own = seed("own", ["{\"cwd\": \"docs\"}", "[\"a\", \"b\"]", "None"]);
+        let other = seed("other", ["{\"cwd\": \"x\"}", "{\"other_fact\": 1}", "{}"]);
+        let pool = SeedPool::new(vec![(Split::Train, own.clone()), (Split::Train, other)]);
+        let rows = seed_rows(&kit, &task("own"), &own, &pool, &cfg).expect("rows");
+        let roles: Vec<Role> = rows.iter().map(|(r, _)| *r).collect();
+        use Role::{Act, Rehearse};
+        assert_eq!(
+            roles,
+            vec![Act, Rehearse, Rehearse, Act, Act, Rehearse, Act]
+        );
+        let eos = kit.eos_id().expect("eos");
+        // Every row extends the stream of every earlier Act row (prompt + completion), and
+        // every later row's prompt starts with it.
+        for (i, (role, row)) in rows.iter().enumerate() {
+            assert_eq!(row.completion_ids.last(), Some(&eos));
+            if *role != Act {
+                continue;
+            }
+            let mut full = row.prompt_ids.clone();
+            full.extend(&row.completion_ids);
+            for (_, later) in &rows[i + 1..] {
+                assert!(later.prompt_ids.starts_with(&full), "row {i}");
+            }
+        }
+        // Both Rehearse rows of the two-call turn branch off the same stream.
+        let (a, b) = (&rows[1].1.prompt_ids, &rows[2].1.prompt_ids);
+        let mut turn = rows[0].1.prompt_ids.clone();
+        turn.extend(&rows[0].1.completion_ids);
+        assert!(a.starts_with(&turn) && b.starts_with(&turn));
+        // Targets are the real results (compact JSON; a non-JSON result wrapped).
+        let target = |i: usize| kit.decode(&rows[i].1.completion_ids).expect("decode");
+        assert_eq!(target(1), "{\"cwd\":\"docs\"}");
+        assert_eq!(target(2), "[\"a\",\"b\"]");
+        assert_eq!(target(5), "{\"result\":\"None\"}");
+        // Facts come from other tasks only, and stay out of the Act rows.
+        let rehearse = kit.tokenizer.decode(a, false).expect("decode");
+        assert!(rehearse.contains("other_fact") && !rehearse.contains("\"docs\""));
+        for (role, row) in &rows {
+            let text = kit
+                .tokenizer
+                .decode(&row.prompt_ids, false)
+                .expect("decode");
+            if *role == Act {
+                assert!(!text.contains("other_fact") && !text.contains("# Known facts"));
+            }
+        }
+        // The results joined the stream after the turn's last call, as the targets' ids.
+        let act = kit
+            .tokenizer
+            .decode(&rows[3].1.prompt_ids, false)
+            .expect("decode");
+        assert!(act.ends_with(
+            "</tool_call><|im_end|>\n<|im_start|>tool\n{\"cwd\":\"docs\"}<|im_end|>\n<|im_start|>tool\n[\"a\",\"b\"]<|im_end|>\n<|im_start|>assistant\n"
+        ), "{act}");
+
+        // The reference protocol is unchanged: fresh prompts, `<execution_result>` targets.
+        let reference = seed_rows(
+            &kit,
+            &task("own"),
+            &own,
+            &pool,
+            &crate::config::RunConfig::default(),
+        )
+        .expect("reference rows");
+        assert_eq!(reference.len(), rows.len());
+        assert!(kit
+            .decode(&reference[1].1.completion_ids)
+            .expect("decode")
+            .contains("<execution_result>"));
     }
 }

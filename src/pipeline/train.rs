@@ -10,9 +10,10 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Result};
 
 use super::{progress, secs, Pipeline, TRAIN_RUN};
-use crate::actors::episode::{run_episode_supervised, EpisodeSpec};
+use crate::actors::episode::{run_episode_supervised, Agents, EpisodeSpec};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
+use crate::actors::protocol::SeedPool;
 use crate::actors::worker::Job;
 use crate::report::{StageReport, StepMetrics};
 use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
@@ -86,39 +87,12 @@ impl Pipeline {
             .map_err(|e| anyhow!(e))?;
         let calls_before = self.topology.real_env_calls();
         let agents = self.topology.rehearsal_agents();
-        let train = self.suite.train.clone();
         let bar = progress(self.cfg.train.steps.saturating_sub(first_step), "train");
         let (mut tokens, mut generated) = (0u64, 0u64);
         for step in first_step..self.cfg.train.steps {
             let step_start = Instant::now();
-            let mut set = tokio::task::JoinSet::new();
-            for i in 0..self.cfg.train.tasks_per_step {
-                let task = Arc::new(train[(cursor + i) % train.len()].clone());
-                let facts = Arc::new(pool.facts_for(
-                    &task,
-                    self.cfg.protocol.max_facts,
-                    self.cfg.protocol.max_fact_chars,
-                ));
-                for sample in 0..self.cfg.train.k {
-                    let spec = EpisodeSpec {
-                        task: task.clone(),
-                        facts: facts.clone(),
-                        memory: None,
-                        run: run.clone(),
-                        step,
-                        sample,
-                        seed: self.cfg.train.seed
-                            ^ (step << 32)
-                            ^ ((i as u64) << 16)
-                            ^ u64::from(sample),
-                    };
-                    let (agents, ep) = (agents.clone(), self.cfg.rollout.clone());
-                    set.spawn(async move { run_episode_supervised(&agents, &ep, &spec).await });
-                }
-            }
-            let mut trajectories: Vec<Trajectory> = set.join_all().await;
-            trajectories.sort_by(|a, b| (&a.task, a.sample).cmp(&(&b.task, b.sample)));
-            cursor = (cursor + self.cfg.train.tasks_per_step) % train.len();
+            let trajectories = self.rollout_group(&agents, &pool, &run, step, cursor).await;
+            cursor = (cursor + self.cfg.train.tasks_per_step) % self.suite.train.len();
             let calls = self.topology.real_env_calls() - calls_before;
             if calls != 0 {
                 bail!("train: {calls} real environment calls during self-rehearsal training (must be 0)");
@@ -333,5 +307,51 @@ impl Pipeline {
             .request(|tx| Job::Load(p, version, tx))
             .await
             .map_err(|e| anyhow!("loading weights from {}: {e}", path.display()))
+    }
+}
+
+impl Pipeline {
+    /// The rollouts of one training step: `train.k` self-rehearsal episodes for each of
+    /// `train.tasks_per_step` train tasks from `cursor` (wrapping), run concurrently; sampling
+    /// seeds derive from `train.seed`, the step, the task's index and the sample, so the same
+    /// config gives the same rollouts. Returned sorted by (task, sample); a failed episode is
+    /// kept as an `ActorFailed` trajectory, never dropped.
+    pub(super) async fn rollout_group(
+        &self,
+        agents: &Agents,
+        pool: &SeedPool,
+        run: &RunId,
+        step: u64,
+        cursor: usize,
+    ) -> Vec<Trajectory> {
+        let train = &self.suite.train;
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..self.cfg.train.tasks_per_step {
+            let task = Arc::new(train[(cursor + i) % train.len()].clone());
+            let facts = Arc::new(pool.facts_for(
+                &task,
+                self.cfg.protocol.max_facts,
+                self.cfg.protocol.max_fact_chars,
+            ));
+            for sample in 0..self.cfg.train.k {
+                let spec = EpisodeSpec {
+                    task: task.clone(),
+                    facts: facts.clone(),
+                    memory: None,
+                    run: run.clone(),
+                    step,
+                    sample,
+                    seed: self.cfg.train.seed
+                        ^ (step << 32)
+                        ^ ((i as u64) << 16)
+                        ^ u64::from(sample),
+                };
+                let (agents, ep) = (agents.clone(), self.cfg.rollout.clone());
+                set.spawn(async move { run_episode_supervised(&agents, &ep, &spec).await });
+            }
+        }
+        let mut trajectories: Vec<Trajectory> = set.join_all().await;
+        trajectories.sort_by(|a, b| (&a.task, a.sample).cmp(&(&b.task, b.sample)));
+        trajectories
     }
 }

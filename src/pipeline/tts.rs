@@ -149,6 +149,7 @@ impl Pipeline {
                 self.topology.rehearsal.clone(),
             ),
             judge: rehearsal_judge.clone(),
+            kit: Some(self.topology.kit.clone()),
         };
         let checker = self
             .topology

@@ -15,6 +15,9 @@
 //!   chosen from seed trajectories without leaking a test task's ground truth.
 //! * [`tools`]: tool schemas as prompt text (the Hermes `<tools>` section, or a compact
 //!   one-line-per-function form).
+//! * [`inline`]: the second protocol ([`RolloutProtocol::Inline`]): one append-only token
+//!   stream per trajectory ([`InlineStream`]) in which Act writes assistant turns and Rehearse
+//!   writes tool turns, the few-shot facts kept in a private branch of each Rehearse prompt.
 //!
 //! [`PromptKit`] turns chats into token ids with the model's own chat template (or plain ChatML
 //! when the model ships none). Everything here is text in, text out: the token ids a row trains
@@ -22,6 +25,7 @@
 
 pub mod act;
 pub mod facts;
+pub mod inline;
 mod json;
 pub mod memory;
 pub mod rehearse;
@@ -31,10 +35,11 @@ pub use act::{
     act_messages, parse_act, render_act_target, ActErrorCode, ActOutput, ActParseError, ACT_SYSTEM,
 };
 pub use facts::SeedPool;
+pub use inline::{parse_inline_result, InlineFrames, InlineStream, INLINE_REHEARSE_SYSTEM};
 pub use json::python_json;
 pub use memory::{condense, critique_messages, CRITIQUE_SYSTEM, MEMORY_HEADER};
 pub use rehearse::{
-    parse_rehearse, rehearse_messages, render_rehearse_target, RehearseErrorCode,
+    canonical_result, parse_rehearse, rehearse_messages, render_rehearse_target, RehearseErrorCode,
     RehearseParseError, REHEARSE_STOP, REHEARSE_SYSTEM,
 };
 pub use tools::{render_tool, render_tools};
@@ -176,10 +181,28 @@ pub enum ToolRendering {
     Compact,
 }
 
+/// How a trajectory is turned into prompts and rows (DESIGN.md §3: two protocols for the same
+/// method; rows, roles and advantages are the same in both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutProtocol {
+    /// A fresh prompt per Act turn ([`act_messages`]) and per Rehearse call
+    /// ([`rehearse_messages`], `<execution_result>` output), as the authors do.
+    #[default]
+    Reference,
+    /// One token stream per trajectory in the chat template: Act rows extend it, Rehearse rows
+    /// branch off it with a private block and write the tool turn as bare JSON ([`inline`]).
+    Inline,
+}
+
 /// Protocol settings of a run (TOML section; every field has a default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProtocolConfig {
+    /// Which protocol rollouts and evaluations use: `mode = "reference"` (default) or
+    /// `mode = "inline"` (one token stream per trajectory; the learner packs each
+    /// trajectory's rows by shared prefix).
+    pub mode: RolloutProtocol,
     /// How tools are rendered in both roles' prompts. Default [`ToolRendering::Full`].
     pub tool_rendering: ToolRendering,
     /// Most few-shot facts in a Rehearse prompt. Default 6.
@@ -192,6 +215,7 @@ pub struct ProtocolConfig {
 impl Default for ProtocolConfig {
     fn default() -> Self {
         Self {
+            mode: RolloutProtocol::Reference,
             tool_rendering: ToolRendering::Full,
             max_facts: 6,
             max_fact_chars: 400,
@@ -302,5 +326,9 @@ mod tests {
             serde_json::from_str(r#"{"tool_rendering": "compact"}"#).expect("compact");
         assert_eq!(c.tool_rendering, ToolRendering::Compact);
         assert!(serde_json::from_str::<ProtocolConfig>(r#"{"max_fact": 1}"#).is_err());
+        assert_eq!(c.mode, RolloutProtocol::Reference);
+        let c: ProtocolConfig = serde_json::from_str(r#"{"mode": "inline"}"#).expect("inline");
+        assert_eq!(c.mode, RolloutProtocol::Inline);
+        assert!(serde_json::from_str::<ProtocolConfig>(r#"{"mode": "stream"}"#).is_err());
     }
 }

@@ -70,19 +70,7 @@ pub fn rehearse_messages(
         "# Available tools\n{}\n\n# Known facts\n",
         render_tools(tools, rendering)
     );
-    if facts.is_empty() {
-        user.push_str("(none)\n");
-    }
-    for (i, fact) in facts.iter().enumerate() {
-        if i > 0 {
-            user.push('\n');
-        }
-        let _ = writeln!(
-            user,
-            "Tool: {}\nArguments: {}\nResult: {}",
-            fact.name, fact.arguments_json, fact.result_json
-        );
-    }
+    write_facts(&mut user, facts);
 
     user.push_str("\n# Conversation so far\n");
     for message in history {
@@ -105,10 +93,46 @@ pub fn rehearse_messages(
         }
     }
 
+    let _ = write!(user, "\n# Latest assistant turn\n{}\n\n", act_text.trim());
+    write_call(&mut user, tools, rendering, call);
+    user.push_str("\nAnswer with the <execution_result> block only.");
+
+    vec![
+        ChatMessage::system(REHEARSE_SYSTEM),
+        ChatMessage::user(user),
+    ]
+}
+
+/// Appends the few-shot facts as `Tool: name\nArguments: {json}\nResult: {json}` entries
+/// separated by blank lines, or `(none)\n` when there are none (the `# Known facts` body of
+/// both protocols' Rehearse prompts).
+pub(crate) fn write_facts(out: &mut String, facts: &[ToolExchange]) {
+    if facts.is_empty() {
+        out.push_str("(none)\n");
+    }
+    for (i, fact) in facts.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "Tool: {}\nArguments: {}\nResult: {}",
+            fact.name, fact.arguments_json, fact.result_json
+        );
+    }
+}
+
+/// Appends the `# Call to simulate` section: the name, its schema ([`render_tool`], or a note
+/// that it is not in the whitelist), the arguments JSON and any positional arguments.
+pub(crate) fn write_call(
+    out: &mut String,
+    tools: &[Value],
+    rendering: ToolRendering,
+    call: &ToolCall,
+) {
     let _ = write!(
-        user,
-        "\n# Latest assistant turn\n{}\n\n# Call to simulate\nTool: {}\nSchema: {}\nArguments: {}\n",
-        act_text.trim(),
+        out,
+        "# Call to simulate\nTool: {}\nSchema: {}\nArguments: {}\n",
         call.name,
         tools
             .iter()
@@ -121,17 +145,11 @@ pub fn rehearse_messages(
     );
     if !call.positional.is_empty() {
         let _ = writeln!(
-            user,
+            out,
             "Positional arguments: {}",
             to_json_py(&Value::Array(call.positional.clone()))
         );
     }
-    user.push_str("\nAnswer with the <execution_result> block only.");
-
-    vec![
-        ChatMessage::system(REHEARSE_SYSTEM),
-        ChatMessage::user(user),
-    ]
 }
 
 /// Why a Rehearse output could not be read. Each ends the episode with 0 for the turn.
@@ -178,7 +196,7 @@ pub struct RehearseParseError {
 }
 
 impl RehearseParseError {
-    fn new(code: RehearseErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: RehearseErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -238,7 +256,7 @@ pub fn parse_rehearse(text: &str) -> Result<Value, RehearseParseError> {
 }
 
 /// The first 80 characters of `text`, for error messages.
-fn excerpt(text: &str) -> String {
+pub(crate) fn excerpt(text: &str) -> String {
     const MAX: usize = 80;
     if text.chars().count() > MAX {
         format!("{}…", text.chars().take(MAX).collect::<String>())
@@ -257,16 +275,23 @@ fn excerpt(text: &str) -> String {
 /// JSON string>}`, so [`parse_rehearse`] of the target always succeeds (a `</execution_result>`
 /// inside a string is written `<\/execution_result>`, the same string in JSON).
 pub fn render_rehearse_target(result_json: &str) -> String {
+    // The closing tag can only occur inside a JSON string; `\/` keeps it from ending the block.
+    let json = canonical_result(result_json).replace(REHEARSE_STOP, "<\\/execution_result>");
+    format!("\n{RESULT_OPEN}\n{json}\n{REHEARSE_STOP}")
+}
+
+/// A real result as the protocol admits it: compact JSON (`serde_json`'s form, keys in their
+/// order) of an object or array; anything else (a JSON scalar, or text that is not JSON) is
+/// wrapped as `{"result": <value or text as a JSON string>}`. The body of
+/// [`render_rehearse_target`], and the whole target of the inline protocol
+/// ([`super::inline`]).
+pub fn canonical_result(result_json: &str) -> String {
     let value = match serde_json::from_str::<Value>(result_json.trim()) {
         Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
         Ok(scalar) => serde_json::json!({ "result": scalar }),
         Err(_) => serde_json::json!({ "result": result_json }),
     };
-    // The closing tag can only occur inside a JSON string; `\/` keeps it from ending the block.
-    let json = value
-        .to_string()
-        .replace(REHEARSE_STOP, "<\\/execution_result>");
-    format!("\n{RESULT_OPEN}\n{json}\n{REHEARSE_STOP}")
+    value.to_string()
 }
 
 #[cfg(test)]

@@ -1,0 +1,308 @@
+//! `envace bench rollout`: the reference protocol against the inline one (and f32 against
+//! bf16) on the same BFCL train tasks, seeds and budgets: tokens the model processed, wall time
+//! and peak memory per trajectory, for the rollouts of one training step and for one learner
+//! step, with the ratios in one run.
+//!
+//! Each mode runs in its own child process (`--mode`), so its peak memory is its own and
+//! libtorch's allocator starts clean. With `--demo` each mode also runs the whole demo
+//! (`envace demo --config <mode>.toml`) so the reward it reaches at the demo budget is
+//! reported next to its speed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use envace::actors::protocol::RolloutProtocol;
+use envace::config::{Preset, RunConfig};
+use envace::pipeline::{Pipeline, RolloutBench};
+use envace::report::RunReport;
+use serde::{Deserialize, Serialize};
+
+/// Options of `envace bench rollout`.
+#[derive(Debug, Clone, Args)]
+pub struct RolloutBenchArgs {
+    /// Budget preset: `smollm2` (embedded model) or `tiny` (random tiny model, seconds).
+    #[arg(long, default_value = "smollm2")]
+    preset: Preset,
+    /// Train tasks rolled out (each `train.k` times, the preset's group size).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    tasks: u64,
+    /// Modes to run, comma-separated: `reference_f32` (the authors' protocol: a fresh prompt
+    /// per call, no KV reuse, rows scored one by one), `reference_f32_cached` (the same with
+    /// prefix KV reuse), `inline_f32`, `inline_bf16`, `reference_bf16`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "reference_f32,reference_f32_cached,inline_f32,inline_bf16"
+    )]
+    modes: Vec<String>,
+    /// Also run the whole demo in each mode and report the reward it reaches.
+    #[arg(long)]
+    demo: bool,
+    /// Folder for the modes' run folders and configs.
+    #[arg(long, default_value = "runs/bench-rollout")]
+    out: PathBuf,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Run one mode in this process and print its JSON (what the parent spawns).
+    #[arg(long, hide = true)]
+    mode: Option<String>,
+}
+
+/// A mode's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mode {
+    protocol: RolloutProtocol,
+    bf16: bool,
+    prefix_cache: bool,
+}
+
+impl Mode {
+    fn parse(name: &str) -> Result<Self> {
+        let (protocol, bf16, prefix_cache) = match name {
+            "reference_f32" => (RolloutProtocol::Reference, false, false),
+            "reference_f32_cached" => (RolloutProtocol::Reference, false, true),
+            "reference_bf16" => (RolloutProtocol::Reference, true, false),
+            "inline_f32" => (RolloutProtocol::Inline, false, true),
+            "inline_bf16" => (RolloutProtocol::Inline, true, true),
+            other => bail!(
+                "unknown mode {other:?} (reference_f32, reference_f32_cached, reference_bf16, \
+                 inline_f32, inline_bf16)"
+            ),
+        };
+        Ok(Self {
+            protocol,
+            bf16,
+            prefix_cache,
+        })
+    }
+
+    /// The preset's config in this mode, rolling out `tasks` tasks per step.
+    fn config(self, preset: Preset, tasks: usize) -> RunConfig {
+        let mut cfg = RunConfig::preset(preset).with_protocol(self.protocol);
+        cfg.model.dtype = if self.bf16 { "bf16" } else { "f32" }.into();
+        if !self.prefix_cache {
+            cfg.engine.prefix_cache_tokens = 0;
+        }
+        cfg.train.tasks_per_step = tasks;
+        cfg
+    }
+}
+
+/// What one mode measured, plus the demo's outcome when asked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ModeResult {
+    #[serde(flatten)]
+    bench: RolloutBench,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    demo: Option<DemoOutcome>,
+}
+
+/// Reward at the demo budget.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DemoOutcome {
+    /// Mean rollout reward of the last training step.
+    train_reward_last: f64,
+    /// Mean rollout reward over all training steps.
+    train_reward_mean: f64,
+    /// Test task success of the trained policy (real environment, BFCL checker).
+    eval_task_success: Option<f64>,
+    /// Wall time of the whole demo, seconds.
+    wall_s: f64,
+}
+
+pub fn run(args: RolloutBenchArgs) -> Result<()> {
+    if let Some(mode) = &args.mode {
+        return run_one(&args, mode);
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let exe = std::env::current_exe().context("locating the envace binary")?;
+    let mut results: BTreeMap<String, ModeResult> = BTreeMap::new();
+    for name in &args.modes {
+        Mode::parse(name)?;
+        if !args.json {
+            eprintln!(
+                "[bench rollout] {name}: rollouts of {} tasks and one learner step",
+                args.tasks
+            );
+        }
+        let out = Command::new(&exe)
+            .args(["bench", "rollout", "--mode", name, "--tasks"])
+            .arg(args.tasks.to_string())
+            .args(["--preset", preset_name(args.preset), "--out"])
+            .arg(&args.out)
+            .output()
+            .with_context(|| format!("running mode {name}"))?;
+        if !out.status.success() {
+            bail!(
+                "mode {name} failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let bench: RolloutBench = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("reading mode {name}'s result"))?;
+        let demo = if args.demo {
+            if !args.json {
+                eprintln!("[bench rollout] {name}: the demo at the preset's budget");
+            }
+            Some(run_demo(&exe, &args, name)?)
+        } else {
+            None
+        };
+        results.insert(name.clone(), ModeResult { bench, demo });
+    }
+    let ratio = |num: &str, den: &str, f: &dyn Fn(&RolloutBench) -> f64| -> Option<f64> {
+        let (a, b) = (results.get(num)?, results.get(den)?);
+        let d = f(&b.bench);
+        (d > 0.0).then(|| f(&a.bench) / d)
+    };
+    let tokens = |f: fn(&RolloutBench) -> f64| f;
+    let report = serde_json::json!({
+        "preset": preset_name(args.preset),
+        "tasks": args.tasks,
+        "threads": tch::get_num_threads(),
+        "modes": results,
+        // Reference over inline, f32, per trajectory: > 1 means inline is cheaper.
+        "learner_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.learner.tokens_per_trajectory)),
+        "generation_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.generation.tokens_per_trajectory)),
+        "learner_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.learner.wall_s_per_trajectory),
+        "generation_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.generation.wall_s_per_trajectory),
+        // f32 over bf16 wall time per trajectory, inline: > 1 means bf16 is faster.
+        "bf16_learner_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.learner.wall_s_per_trajectory),
+        "bf16_generation_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.generation.wall_s_per_trajectory),
+    });
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", table(&report, &results));
+    }
+    Ok(())
+}
+
+fn preset_name(p: Preset) -> &'static str {
+    match p {
+        Preset::Smollm2 => "smollm2",
+        Preset::Tiny => "tiny",
+    }
+}
+
+/// The child: collect seeds into a fresh folder, then measure.
+fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
+    let mode = Mode::parse(name)?;
+    let cfg = mode.config(args.preset, args.tasks as usize);
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let dir = args.out.join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let bench = rt.block_on(async {
+        let mut p = Pipeline::open(cfg, &dir, preset_name(args.preset)).await?;
+        p.collect().await?;
+        let out = p.bench_rollout().await;
+        p.shutdown();
+        out
+    })?;
+    println!("{}", serde_json::to_string(&bench)?);
+    Ok(())
+}
+
+/// Runs `envace demo` with the mode's config in `<out>/<mode>-demo` and reads its report.
+fn run_demo(exe: &Path, args: &RolloutBenchArgs, name: &str) -> Result<DemoOutcome> {
+    let cfg = Mode::parse(name)?.config(
+        args.preset,
+        RunConfig::preset(args.preset).train.tasks_per_step,
+    );
+    let config = args.out.join(format!("{name}.toml"));
+    std::fs::write(&config, cfg.to_toml())
+        .with_context(|| format!("writing {}", config.display()))?;
+    let dir = args.out.join(format!("{name}-demo"));
+    let status = Command::new(exe)
+        .args(["demo", "--fresh", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("running the demo of mode {name}"))?;
+    if !status.success() {
+        bail!("the demo of mode {name} failed ({status})");
+    }
+    let report = RunReport::load_or_new(&dir, "", "").map_err(|e| anyhow!("{e}"))?;
+    let steps = &report.train.steps;
+    Ok(DemoOutcome {
+        train_reward_last: steps.last().map_or(0.0, |s| s.reward_mean),
+        train_reward_mean: steps.iter().map(|s| s.reward_mean).sum::<f64>()
+            / steps.len().max(1) as f64,
+        eval_task_success: report.variants.get("envace").map(|v| v.task_success),
+        wall_s: report.stages.values().map(|s| s.wall_s).sum(),
+    })
+}
+
+fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nbench rollout: preset {}, {} tasks, {} threads (per trajectory)",
+        report["preset"].as_str().unwrap_or("?"),
+        report["tasks"],
+        report["threads"]
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9} {:>7}",
+        "mode",
+        "trajs",
+        "gen tok",
+        "gen s",
+        "gen MiB",
+        "learn tok",
+        "learn s",
+        "learn MiB",
+        "reward"
+    );
+    for (name, r) in results {
+        let (g, l) = (&r.bench.generation, &r.bench.learner);
+        let reward = r
+            .demo
+            .as_ref()
+            .map_or(r.bench.reward_mean, |d| d.train_reward_last);
+        let _ = writeln!(
+            s,
+            "{:<22} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>10.0} {:>8.2} {:>9.0} {:>7.3}",
+            name,
+            r.bench.trajectories,
+            g.tokens_per_trajectory,
+            g.wall_s_per_trajectory,
+            g.peak_rss_mib,
+            l.tokens_per_trajectory,
+            l.wall_s_per_trajectory,
+            l.peak_rss_mib,
+            reward
+        );
+    }
+    for key in [
+        "learner_ratio",
+        "generation_ratio",
+        "learner_time_ratio",
+        "generation_time_ratio",
+        "bf16_learner_time_ratio",
+        "bf16_generation_time_ratio",
+    ] {
+        let v = report[key]
+            .as_f64()
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.2}×"));
+        let _ = writeln!(s, "{key:<28} {v}");
+    }
+    s
+}
