@@ -334,3 +334,54 @@ fn the_model_thread_trains_with_a_k3_kl_to_a_frozen_reference() {
         assert_eq!(worker.policy_version().0, 4);
     });
 }
+
+#[test]
+fn the_inline_protocol_runs_every_stage_on_the_tiny_model() {
+    use envace::actors::protocol::RolloutProtocol;
+    let dir = TempDir::new("inline");
+    rt().block_on(async {
+        let cfg = config(1).with_protocol(RolloutProtocol::Inline);
+        assert!(cfg.train.learner.pack_prefixes);
+        let mut p = Pipeline::open(cfg, &dir.0, "tiny").await.expect("open");
+        p.collect().await.expect("collect");
+        let sft = p.sft().await.expect("inline warm-up");
+        assert!(sft.tokens > 0);
+        let train = p.train(None).await.expect("inline training");
+        assert_eq!(train.real_env_calls, 0);
+        let eval = p.eval(Variant::Envace, None).await.expect("inline eval");
+        assert_eq!(eval.tasks, 1);
+        let kit = p.topology.kit.clone();
+        let first_task = p.suite.train[0].clone();
+        close(p).await;
+
+        let trajs = trajectories(&dir.0, TRAIN_RUN);
+        assert!(!trajs.is_empty());
+        let reference_prompt = kit
+            .encode_chat(
+                &act_messages(
+                    &first_task.tools,
+                    RunConfig::preset(Preset::Tiny).protocol.tool_rendering,
+                    &first_task.user_turns[0]
+                        .iter()
+                        .map(|m| envace::storage::Message {
+                            role: MessageRole::User,
+                            content: m.clone(),
+                            tool_name: None,
+                            row: None,
+                        })
+                        .collect::<Vec<_>>(),
+                    None,
+                ),
+                true,
+            )
+            .expect("reference prompt");
+        for t in trajs.iter().filter(|t| t.task == first_task.id) {
+            // The first Act row's context is the reference protocol's first Act prompt.
+            assert_eq!(t.rows[0].prompt_ids, reference_prompt, "{}", t.task);
+            // Every later row (Act or Rehearse) branches off the same stream.
+            for row in &t.rows {
+                assert!(row.prompt_ids.starts_with(&reference_prompt), "{}", t.task);
+            }
+        }
+    });
+}

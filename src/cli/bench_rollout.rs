@@ -1,7 +1,12 @@
 //! `envace bench rollout`: the reference protocol against the inline one (and f32 against
 //! bf16) on the same BFCL train tasks, seeds and budgets: tokens the model processed, wall time
-//! and peak memory per trajectory, for the rollouts of one training step and for one learner
-//! step, with the ratios in one run.
+//! and peak memory per trajectory, for generation and for one learner step, with the ratios in
+//! one run.
+//!
+//! The headline numbers (`generation`, `learner`, the ratios) replay the tasks' seed
+//! trajectories in each protocol, so every mode processes the same calls and results
+//! ([`Pipeline::bench_replay`]); `live` has the policy's own rollouts of one training step,
+//! whose shapes differ between modes ([`Pipeline::bench_rollout`]).
 //!
 //! Each mode runs in its own child process (`--mode`), so its peak memory is its own and
 //! libtorch's allocator starts clean. With `--demo` each mode also runs the whole demo
@@ -16,7 +21,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use envace::actors::protocol::RolloutProtocol;
 use envace::config::{Preset, RunConfig};
-use envace::pipeline::{Pipeline, RolloutBench};
+use envace::pipeline::{PhaseCost, Pipeline, ReplayBench, RolloutBench};
 use envace::report::RunReport;
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +43,10 @@ pub struct RolloutBenchArgs {
         default_value = "reference_f32,reference_f32_cached,inline_f32,inline_bf16"
     )]
     modes: Vec<String>,
+    /// Play every user turn of each task (rollouts and seed replay) instead of the preset's
+    /// `rollout.max_user_turns` (the smollm2 preset trains on the first user turn only).
+    #[arg(long)]
+    all_turns: bool,
     /// Also run the whole demo in each mode and report the reward it reaches.
     #[arg(long)]
     demo: bool,
@@ -80,9 +89,13 @@ impl Mode {
         })
     }
 
-    /// The preset's config in this mode, rolling out `tasks` tasks per step.
-    fn config(self, preset: Preset, tasks: usize) -> RunConfig {
+    /// The preset's config in this mode, rolling out `tasks` tasks per step (all their user
+    /// turns with `all_turns`).
+    fn config(self, preset: Preset, tasks: usize, all_turns: bool) -> RunConfig {
         let mut cfg = RunConfig::preset(preset).with_protocol(self.protocol);
+        if all_turns {
+            cfg.rollout.max_user_turns = None;
+        }
         cfg.model.dtype = if self.bf16 { "bf16" } else { "f32" }.into();
         if !self.prefix_cache {
             cfg.engine.prefix_cache_tokens = 0;
@@ -92,11 +105,21 @@ impl Mode {
     }
 }
 
+/// What one mode's child process measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ModeBench {
+    /// Seed replay: the same trajectories in every mode.
+    #[serde(flatten)]
+    replay: ReplayBench,
+    /// The policy's own rollouts of one training step.
+    live: RolloutBench,
+}
+
 /// What one mode measured, plus the demo's outcome when asked.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ModeResult {
     #[serde(flatten)]
-    bench: RolloutBench,
+    bench: ModeBench,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     demo: Option<DemoOutcome>,
 }
@@ -135,6 +158,7 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
             .arg(args.tasks.to_string())
             .args(["--preset", preset_name(args.preset), "--out"])
             .arg(&args.out)
+            .args(args.all_turns.then_some("--all-turns"))
             .output()
             .with_context(|| format!("running mode {name}"))?;
         if !out.status.success() {
@@ -144,7 +168,7 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let bench: RolloutBench = serde_json::from_slice(&out.stdout)
+        let bench: ModeBench = serde_json::from_slice(&out.stdout)
             .with_context(|| format!("reading mode {name}'s result"))?;
         let demo = if args.demo {
             if !args.json {
@@ -156,25 +180,26 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         };
         results.insert(name.clone(), ModeResult { bench, demo });
     }
-    let ratio = |num: &str, den: &str, f: &dyn Fn(&RolloutBench) -> f64| -> Option<f64> {
+    let ratio = |num: &str, den: &str, f: &dyn Fn(&ModeBench) -> f64| -> Option<f64> {
         let (a, b) = (results.get(num)?, results.get(den)?);
         let d = f(&b.bench);
         (d > 0.0).then(|| f(&a.bench) / d)
     };
-    let tokens = |f: fn(&RolloutBench) -> f64| f;
+    let tokens = |f: fn(&ModeBench) -> f64| f;
     let report = serde_json::json!({
         "preset": preset_name(args.preset),
         "tasks": args.tasks,
+        "all_turns": args.all_turns,
         "threads": tch::get_num_threads(),
         "modes": results,
         // Reference over inline, f32, per trajectory: > 1 means inline is cheaper.
-        "learner_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.learner.tokens_per_trajectory)),
-        "generation_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.generation.tokens_per_trajectory)),
-        "learner_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.learner.wall_s_per_trajectory),
-        "generation_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.generation.wall_s_per_trajectory),
+        "learner_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.replay.learner.tokens_per_trajectory)),
+        "generation_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.replay.generation.tokens_per_trajectory)),
+        "learner_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.learner.wall_s_per_trajectory),
+        "generation_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.generation.wall_s_per_trajectory),
         // f32 over bf16 wall time per trajectory, inline: > 1 means bf16 is faster.
-        "bf16_learner_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.learner.wall_s_per_trajectory),
-        "bf16_generation_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.generation.wall_s_per_trajectory),
+        "bf16_learner_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.replay.learner.wall_s_per_trajectory),
+        "bf16_generation_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.replay.generation.wall_s_per_trajectory),
     });
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -194,7 +219,7 @@ fn preset_name(p: Preset) -> &'static str {
 /// The child: collect seeds into a fresh folder, then measure.
 fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
     let mode = Mode::parse(name)?;
-    let cfg = mode.config(args.preset, args.tasks as usize);
+    let cfg = mode.config(args.preset, args.tasks as usize, args.all_turns);
     cfg.validate().map_err(anyhow::Error::msg)?;
     let dir = args.out.join(name);
     if dir.exists() {
@@ -208,7 +233,12 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
     let bench = rt.block_on(async {
         let mut p = Pipeline::open(cfg, &dir, preset_name(args.preset)).await?;
         p.collect().await?;
-        let out = p.bench_rollout().await;
+        let out = async {
+            let live = p.bench_rollout().await?;
+            let replay = p.bench_replay().await?;
+            Ok::<_, anyhow::Error>(ModeBench { replay, live })
+        }
+        .await;
         p.shutdown();
         out
     })?;
@@ -218,9 +248,11 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
 
 /// Runs `envace demo` with the mode's config in `<out>/<mode>-demo` and reads its report.
 fn run_demo(exe: &Path, args: &RolloutBenchArgs, name: &str) -> Result<DemoOutcome> {
+    // The demo keeps the preset's budgets: only the mode changes.
     let cfg = Mode::parse(name)?.config(
         args.preset,
         RunConfig::preset(args.preset).train.tasks_per_step,
+        false,
     );
     let config = args.out.join(format!("{name}.toml"));
     std::fs::write(&config, cfg.to_toml())
@@ -253,44 +285,61 @@ fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> 
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\nbench rollout: preset {}, {} tasks, {} threads (per trajectory)",
+        "\nbench rollout: preset {}, {} tasks, {} threads; per trajectory",
         report["preset"].as_str().unwrap_or("?"),
         report["tasks"],
         report["threads"]
     );
-    let _ = writeln!(
-        s,
-        "{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9} {:>7}",
-        "mode",
-        "trajs",
-        "gen tok",
-        "gen s",
-        "gen MiB",
-        "learn tok",
-        "learn s",
-        "learn MiB",
-        "reward"
-    );
-    for (name, r) in results {
-        let (g, l) = (&r.bench.generation, &r.bench.learner);
-        let reward = r
-            .demo
-            .as_ref()
-            .map_or(r.bench.reward_mean, |d| d.train_reward_last);
+    let header = |s: &mut String, title: &str| {
         let _ = writeln!(
             s,
-            "{:<22} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>10.0} {:>8.2} {:>9.0} {:>7.3}",
+            "\n{title}\n{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9}",
+            "mode", "trajs", "gen tok", "gen s", "gen MiB", "learn tok", "learn s", "learn MiB"
+        );
+    };
+    let row = |s: &mut String, name: &str, n: usize, g: &PhaseCost, l: &PhaseCost| {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>10.0} {:>8.2} {:>9.0}",
             name,
-            r.bench.trajectories,
+            n,
             g.tokens_per_trajectory,
             g.wall_s_per_trajectory,
             g.peak_rss_mib,
             l.tokens_per_trajectory,
             l.wall_s_per_trajectory,
             l.peak_rss_mib,
-            reward
         );
+    };
+    header(&mut s, "seed replay (the same trajectories in every mode)");
+    for (name, r) in results {
+        let b = &r.bench.replay;
+        row(&mut s, name, b.trajectories, &b.generation, &b.learner);
     }
+    header(
+        &mut s,
+        "live rollouts of one training step (shapes differ by mode)",
+    );
+    for (name, r) in results {
+        let b = &r.bench.live;
+        row(&mut s, name, b.trajectories, &b.generation, &b.learner);
+    }
+    let _ = writeln!(
+        s,
+        "\nreward (live rollouts; with --demo: last training step, test success)"
+    );
+    for (name, r) in results {
+        let demo = r.demo.as_ref().map_or_else(String::new, |d| {
+            format!(
+                "  demo: train {:.3}, test success {}",
+                d.train_reward_last,
+                d.eval_task_success
+                    .map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0))
+            )
+        });
+        let _ = writeln!(s, "{name:<22} {:.3}{demo}", r.bench.live.reward_mean);
+    }
+    let _ = writeln!(s);
     for key in [
         "learner_ratio",
         "generation_ratio",

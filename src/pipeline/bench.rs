@@ -1,16 +1,27 @@
-//! One rollout-and-learn measurement for `envace bench rollout`: the rollouts of one training
-//! step (self-rehearsal, the run's protocol, dtype and engine settings) and one GRPO step on
-//! them, with the tokens the model processed, the wall time and the peak memory of each phase.
+//! Measurements for `envace bench rollout`, in the run's protocol, dtype and engine settings:
+//!
+//! * [`Pipeline::bench_replay`]: the seed trajectories of the first train tasks replayed as the
+//!   protocol's rows — every generation call run through the engine with its prompt and its
+//!   completion's length (greedy, no stop), then one GRPO step on those rows. The trajectories
+//!   (calls, results, lengths) are the same in every mode, so the protocols' costs compare
+//!   like for like.
+//! * [`Pipeline::bench_rollout`]: the live rollouts of one training step (the policy's own
+//!   calls and rehearsed results) and one GRPO step on them; their shapes differ between modes.
+//!
+//! Each phase reports the tokens the model processed, the wall time and the peak memory.
 
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
+use super::sft::seed_rows;
 use super::{secs, Pipeline, TRAIN_RUN};
 use crate::actors::learner::LearnerMsg;
-use crate::kernels::EngineStats;
-use crate::storage::{Role, RunId, Termination};
+use crate::actors::memory::MemoryMsg;
+use crate::actors::worker::Job;
+use crate::kernels::{EngineStats, GenerationRequest, SamplingParams, TrainRow};
+use crate::storage::{MessageRole, Role, RunId, SeedTrajectory, Termination};
 
 /// What one phase cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -67,7 +78,146 @@ pub struct RolloutBench {
     pub learner_loss: f64,
 }
 
+/// The seed-replay measurement of one mode.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayBench {
+    /// Seed trajectories replayed (one per task).
+    pub trajectories: usize,
+    /// Act and Rehearse rows (generation calls) in the protocol's rendering.
+    pub rows_act: usize,
+    pub rows_rehearse: usize,
+    /// Rows left out because prompt + completion exceed the model's context.
+    pub rows_over_context: usize,
+    /// Completion tokens, tokens.
+    pub completion_tokens: u64,
+    /// Prompt + completion tokens of all rows (what a learner without packing scores), tokens.
+    pub row_tokens: u64,
+    /// Every row generated in call order per trajectory (trajectories concurrently).
+    pub generation: PhaseCost,
+    /// The engine's counters over the replay.
+    pub engine: EngineStats,
+    /// One GRPO step on the rows.
+    pub learner: PhaseCost,
+}
+
 impl Pipeline {
+    /// Replays the seed trajectories of the first `train.tasks_per_step` train tasks that
+    /// have one, in this run's protocol (the warm-up's rows: Act turns and Rehearse calls with
+    /// their real results), up to `rollout.max_user_turns` user turns as training plays them. Generation: each row's prompt, greedy, exactly its
+    /// completion's length of new tokens, rows of a trajectory in order (so a prefix cache
+    /// sees what a live rollout would); then one GRPO step on the rows (zero old log-probs,
+    /// advantages ±1 by trajectory: the cost of a step, not a meaningful update).
+    ///
+    /// # Errors
+    /// No seeds, a row the engine rejects, or a learner failure.
+    pub async fn bench_replay(&mut self) -> Result<ReplayBench> {
+        let seeds = self
+            .memory()
+            .ask("memory", MemoryMsg::Seeds)
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        let pool = self.seed_pool().await?;
+        let context = self.topology.worker.info().context_len;
+        let mut out = ReplayBench::default();
+        let mut trajectories = Vec::new();
+        for task in self.suite.train.iter() {
+            if trajectories.len() == self.cfg.train.tasks_per_step {
+                break;
+            }
+            let Some(seed) = seeds.iter().find(|s| s.task == task.id) else {
+                continue;
+            };
+            let seed = first_user_turns(seed, self.cfg.rollout.max_user_turns);
+            let mut rows = Vec::new();
+            for (role, row) in seed_rows(&self.topology.kit, task, &seed, &pool, &self.cfg)? {
+                if row.len() > context {
+                    out.rows_over_context += 1;
+                    continue;
+                }
+                match role {
+                    Role::Act => out.rows_act += 1,
+                    Role::Rehearse => out.rows_rehearse += 1,
+                }
+                out.completion_tokens += row.completion_ids.len() as u64;
+                out.row_tokens += row.len() as u64;
+                rows.push(row);
+            }
+            trajectories.push(rows);
+        }
+        if trajectories.is_empty() {
+            bail!("bench: no seed trajectories of train tasks; collect first");
+        }
+        out.trajectories = trajectories.len();
+        let n = trajectories.len();
+        let worker = self.topology.worker.clone();
+
+        let before = worker.engine_stats().await.map_err(|e| anyhow!(e))?;
+        reset_peak_rss();
+        let start = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for rows in trajectories.clone() {
+            let worker = worker.clone();
+            set.spawn(async move {
+                for row in rows {
+                    let params = SamplingParams {
+                        temperature: 0.0,
+                        max_new_tokens: row.completion_ids.len(),
+                        ..SamplingParams::default()
+                    };
+                    worker
+                        .generate(GenerationRequest {
+                            prompt_ids: row.prompt_ids,
+                            params,
+                        })
+                        .await?;
+                }
+                Ok::<(), String>(())
+            });
+        }
+        for done in set.join_all().await {
+            done.map_err(|e| anyhow!("bench replay: {e}"))?;
+        }
+        let wall = secs(start);
+        out.engine = delta(
+            &worker.engine_stats().await.map_err(|e| anyhow!(e))?,
+            &before,
+        );
+        out.generation = PhaseCost::new(
+            out.engine.prefill_tokens_computed + out.engine.decode_tokens,
+            wall,
+            peak_rss_mib(),
+            n,
+        );
+
+        let learner = self.topology.learner.clone();
+        let cfg = Box::new(self.cfg.train.learner.clone());
+        learner
+            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
+            .await?
+            .map_err(|e| anyhow!(e))?;
+        let rows: Vec<TrainRow> = trajectories
+            .into_iter()
+            .enumerate()
+            .flat_map(|(t, rows)| {
+                let advantage = if t % 2 == 0 { 1.0 } else { -1.0 };
+                rows.into_iter().map(move |r| TrainRow {
+                    old_logprobs: vec![0.0; r.completion_ids.len()],
+                    prompt_ids: r.prompt_ids,
+                    completion_ids: r.completion_ids,
+                    advantage,
+                })
+            })
+            .collect();
+        reset_peak_rss();
+        let start = Instant::now();
+        let stats = worker
+            .request(|tx| Job::Train(rows, tx))
+            .await
+            .map_err(|e| anyhow!("bench replay: learner step: {e}"))?;
+        out.learner = PhaseCost::new(stats.forward_tokens as u64, secs(start), peak_rss_mib(), n);
+        Ok(out)
+    }
+
     /// Runs the rollouts of training step 0 (`train.tasks_per_step` tasks × `train.k`, the
     /// train seeds and budgets of the config) and one GRPO step on them, and measures both.
     /// Nothing is committed to the run; the weights change by that one step.
@@ -159,6 +309,32 @@ impl Pipeline {
     }
 }
 
+/// `seed` cut before its `(turns + 1)`-th user turn (a run of user messages); all of it when
+/// `turns` is `None`. Unused tool exchanges at the end are harmless: rows consume them in order.
+fn first_user_turns(seed: &SeedTrajectory, turns: Option<usize>) -> SeedTrajectory {
+    let mut out = seed.clone();
+    let Some(turns) = turns else {
+        return out;
+    };
+    let mut seen = 0;
+    let mut previous_user = false;
+    let end = seed
+        .messages
+        .iter()
+        .position(|m| {
+            let user = m.role == MessageRole::User;
+            let starts_turn = user && !previous_user;
+            previous_user = user;
+            if starts_turn {
+                seen += 1;
+            }
+            starts_turn && seen > turns
+        })
+        .unwrap_or(seed.messages.len());
+    out.messages.truncate(end);
+    out
+}
+
 fn delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
     EngineStats {
         prefill_tokens_computed: after.prefill_tokens_computed - before.prefill_tokens_computed,
@@ -194,4 +370,43 @@ pub fn peak_rss_mib() -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{Message, TaskId};
+
+    fn msg(role: MessageRole, content: &str) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            tool_name: None,
+            row: None,
+        }
+    }
+
+    #[test]
+    fn first_user_turns_cuts_before_the_next_turn() {
+        use MessageRole::{Assistant, Tool, User};
+        let seed = SeedTrajectory {
+            task: TaskId::from("t"),
+            index: 0,
+            messages: vec![
+                msg(User, "u1"),
+                msg(User, "u1b"),
+                msg(Assistant, "a1"),
+                msg(Tool, "r1"),
+                msg(Assistant, "done"),
+                msg(User, "u2"),
+                msg(Assistant, "a2"),
+            ],
+            tool_calls: Vec::new(),
+        };
+        let one = first_user_turns(&seed, Some(1));
+        let contents: Vec<&str> = one.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["u1", "u1b", "a1", "r1", "done"]);
+        assert_eq!(first_user_turns(&seed, Some(2)).messages.len(), 7);
+        assert_eq!(first_user_turns(&seed, None).messages.len(), 7);
+    }
 }

@@ -37,7 +37,7 @@ use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
 use crate::storage::{Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
-pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, RolloutBench};
+pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, ReplayBench, RolloutBench};
 pub use eval::Variant;
 pub use tts::{tts_table, TtsConfig, TtsResult, TtsSpec};
 
