@@ -11,9 +11,16 @@
 //! token therefore sees the same ids at the same positions as when its row is scored alone, and
 //! its log-prob is the same up to float rounding ([`score_packed`] equals [`score`]).
 //!
-//! Cost: `L` tokens through the weights instead of `Σ rows` (or `rows × longest` padded), but
-//! attention and the mask are `L²`: the `[L, L]` bool mask is `L²` bytes (16 MiB at 4k tokens)
-//! and attention reads `L²` scores per head, so keep packs to a few thousand tokens
+//! Rows are inserted longest first, so the longest row's tokens are nodes `0..T`: the *trunk*, a
+//! chain whose ancestors are exactly the nodes before it (position = index). Trunk queries attend
+//! causally to trunk keys only (a trunk node's ancestors are all trunk nodes, and no later node is
+//! one), which takes the fast `is_causal` path of `scaled_dot_product_attention`; only the branch
+//! queries `T..L` (Rehearse rows' private blocks and completions, typically short) use an
+//! explicit `[L - T, L]` ancestor mask.
+//!
+//! Cost: `L` tokens through the weights instead of `Σ rows` (or `rows × longest` padded);
+//! attention is causal over the trunk plus `(L - T) × L` masked scores per head for the branches,
+//! and the branch mask is `(L - T) × L` bytes. Keep packs to a few thousand tokens
 //! ([`pack_groups`]).
 
 use std::collections::HashMap;
@@ -84,14 +91,18 @@ fn sequence(row: &ScoreRow) -> Vec<u32> {
 }
 
 /// Rows packed into one token trie, laid out as one sequence of `L` tokens (the trie's nodes in
-/// insertion order: a node's parent always has a smaller index).
+/// insertion order: a node's parent always has a smaller index). Rows are inserted longest first
+/// (ties in the caller's order), so nodes `0..T` are the longest row (the trunk,
+/// [`trunk_len`](Self::trunk_len)); every per-row accessor still takes the caller's row index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackedRows {
     ids: Vec<u32>,
     positions: Vec<i64>,
     parent: Vec<Option<u32>>,
-    /// Per row, the packed index of each completion token.
+    /// Per row, in the caller's order, the packed index of each completion token.
     completion: Vec<Vec<u32>>,
+    /// `T`: the longest row's length; nodes `0..T` are its tokens, in order.
+    trunk: usize,
 }
 
 impl PackedRows {
@@ -102,23 +113,37 @@ impl PackedRows {
     /// [`Error::InvalidRequest`] for a row with an empty prompt or completion (a completion token
     /// needs a token before it to be predicted).
     pub fn new(rows: &[ScoreRow]) -> Result<Self> {
-        let mut trie = Trie::default();
-        let mut completion = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
             if row.prompt_ids.is_empty() || row.completion_ids.is_empty() {
                 return Err(Error::InvalidRequest(format!(
                     "score row {i}: prompt and completion must be non-empty"
                 )));
             }
-            let nodes = trie.insert(&sequence(row));
-            completion.push(nodes[row.prompt_ids.len()..].to_vec());
         }
+        // Longest first (stable): the first row inserted lays its tokens out as nodes 0..T.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(rows[i].len()));
+        let mut trie = Trie::default();
+        let mut completion = vec![Vec::new(); rows.len()];
+        for &i in &order {
+            let row = &rows[i];
+            let nodes = trie.insert(&sequence(row));
+            completion[i] = nodes[row.prompt_ids.len()..].to_vec();
+        }
+        let trunk = order.first().map_or(0, |&i| rows[i].len());
         Ok(Self {
             ids: trie.ids,
             positions: trie.positions,
             parent: trie.parent,
             completion,
+            trunk,
         })
+    }
+
+    /// `T`, the trunk's length: nodes `0..T` are the longest row's tokens in order (node `i` at
+    /// position `i`, its ancestors exactly the nodes before it); nodes `T..L` are branches.
+    pub fn trunk_len(&self) -> usize {
+        self.trunk
     }
 
     /// Packed length `L`, tokens: the distinct (prefix, token) nodes of all rows.
@@ -177,21 +202,40 @@ impl PackedRows {
     /// ancestor of query `j` or `j` itself. Row `j` is its parent's row plus `j`, so building it
     /// costs the sum of the depths, not `L²` (beyond zeroing).
     pub fn mask(&self) -> Vec<bool> {
+        self.mask_rows(0)
+    }
+
+    /// Rows `T..L` of [`mask`](Self::mask), row-major `[L - T, L]`: the ancestor mask of the
+    /// branch queries (the trunk's rows are causal).
+    pub fn branch_mask(&self) -> Vec<bool> {
+        self.mask_rows(self.trunk)
+    }
+
+    /// Rows `start..L` of the mask, `start` 0 or `T` (a parent before `start` is then a trunk
+    /// node, whose row is true exactly up to itself).
+    fn mask_rows(&self, start: usize) -> Vec<bool> {
         let l = self.len();
-        let mut mask = vec![false; l * l];
-        for j in 0..l {
+        let mut mask = vec![false; (l - start) * l];
+        for j in start..l {
+            let r = (j - start) * l;
             if let Some(p) = self.parent[j] {
                 // The parent's row is false past column p.
                 let p = p as usize;
-                mask.copy_within(p * l..p * l + p + 1, j * l);
+                if p >= start {
+                    let pr = (p - start) * l;
+                    mask.copy_within(pr..pr + p + 1, r);
+                } else {
+                    mask[r..=r + p].fill(true);
+                }
             }
-            mask[j * l + j] = true;
+            mask[r + j] = true;
         }
         mask
     }
 
     /// The inputs of [`Model::forward_hidden_packed`] on `device`: ids `[1, L]` i64, positions
-    /// `[1, L]` i64 and the mask `[1, 1, L, L]` bool.
+    /// `[1, L]` i64 and the branch mask `[1, 1, L - T, L]` bool ([`branch_mask`](Self::branch_mask);
+    /// pass [`trunk_len`](Self::trunk_len) as the trunk).
     pub fn inputs(&self, device: Device) -> (Tensor, Tensor, Tensor) {
         let l = self.len() as i64;
         let ids: Vec<i64> = self.ids.iter().map(|&t| i64::from(t)).collect();
@@ -199,8 +243,8 @@ impl PackedRows {
         let positions = Tensor::from_slice(&self.positions)
             .view([1, l])
             .to_device(device);
-        let mask = Tensor::from_slice(&self.mask())
-            .view([1, 1, l, l])
+        let mask = Tensor::from_slice(&self.branch_mask())
+            .view([1, 1, l - self.trunk as i64, l])
             .to_device(device);
         (ids, positions, mask)
     }
@@ -241,17 +285,30 @@ pub fn pack_groups(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> {
 }
 
 impl Model {
-    /// Tree-masked forward of a packed sequence: `ids, positions: [1, L]` i64 and
-    /// `mask: [1, 1, L, L]` bool (true where a query may attend to a key; see
-    /// [`PackedRows::inputs`]) → final hidden states `[1, L, hidden]` (model dtype). Records
-    /// autograd unless called under `tch::no_grad`.
+    /// Tree-masked forward of a packed sequence: `ids, positions: [1, L]` i64, `trunk` the
+    /// trunk length `T` ([`PackedRows::trunk_len`]: nodes `0..T` are a chain at positions
+    /// `0..T`) and `branch_mask: [1, 1, L - T, L]` bool, the ancestor mask of queries `T..L`
+    /// (true where a query may attend to a key; see [`PackedRows::inputs`]) → final hidden
+    /// states `[1, L, hidden]` (model dtype). Records autograd unless called under `tch::no_grad`.
+    ///
+    /// Per layer, trunk queries attend causally to trunk keys only (exact: a trunk node's
+    /// ancestors are all trunk nodes, branch nodes come after `T`), the fast `is_causal` path;
+    /// branch queries attend to all `L` keys through `branch_mask`.
     ///
     /// Key/value heads are repeated to the query heads before attention instead of passing
     /// `enable_gqa`: with an arbitrary mask the fused GPU kernels that take one reject grouped
     /// heads, and the fallback materialises every head's `[L, L]` scores.
-    pub fn forward_hidden_packed(&self, ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Tensor {
+    pub fn forward_hidden_packed(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+        trunk: usize,
+        branch_mask: &Tensor,
+    ) -> Tensor {
         let c = self.config();
         let group = (c.num_attention_heads / c.num_key_value_heads) as i64;
+        let l = ids.size().last().copied().unwrap_or(0);
+        let t = (trunk as i64).min(l);
         let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for layer in &self.layers {
@@ -264,16 +321,35 @@ impl Model {
             } else {
                 (k, v)
             };
-            let attn = Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                Some(mask),
-                0.0,
-                false,
-                None,
-                false,
-            );
+            let trunk_attn = || {
+                Tensor::scaled_dot_product_attention::<Tensor>(
+                    &q.narrow(2, 0, t),
+                    &k.narrow(2, 0, t),
+                    &v.narrow(2, 0, t),
+                    None,
+                    0.0,
+                    true,
+                    None,
+                    false,
+                )
+            };
+            let branch_attn = || {
+                Tensor::scaled_dot_product_attention(
+                    &q.narrow(2, t, l - t),
+                    &k,
+                    &v,
+                    Some(branch_mask),
+                    0.0,
+                    false,
+                    None,
+                    false,
+                )
+            };
+            let attn = match (t > 0, t < l) {
+                (true, true) => Tensor::cat(&[trunk_attn(), branch_attn()], 2),
+                (true, false) => trunk_attn(),
+                (false, _) => branch_attn(),
+            };
             x = self.layer_output(layer, &x, &attn);
         }
         self.final_norm(&x)
@@ -304,9 +380,9 @@ pub(crate) fn score_packed_counted(
     validate(model, rows, temperature)?;
     let pack = PackedRows::new(rows)?;
     let device = model.device();
-    let (ids, positions, mask) = pack.inputs(device);
+    let (ids, positions, branch_mask) = pack.inputs(device);
     let hidden = model
-        .forward_hidden_packed(&ids, &positions, &mask)
+        .forward_hidden_packed(&ids, &positions, pack.trunk_len(), &branch_mask)
         .squeeze_dim(0);
 
     // A completion node is one (predictor, token) pair: rows that share it share its log-prob,
@@ -420,15 +496,17 @@ mod tests {
     #[test]
     fn trie_stores_shared_prefixes_once() {
         let rows = [
-            row(&[1, 2, 3], &[4, 5]),
-            row(&[1, 2, 3, 4, 5, 6], &[7]),
             row(&[1, 2, 9], &[4]),
+            row(&[1, 2, 3], &[4, 5]),
+            // The longest row, inserted first: its tokens are nodes 0..7, the trunk.
+            row(&[1, 2, 3, 4, 5, 6], &[7]),
             // A duplicate adds nothing.
             row(&[1, 2, 3], &[4, 5]),
         ];
         let pack = PackedRows::new(&rows).unwrap();
         assert_eq!(pack.len(), 9);
         assert_eq!(packed_len(&rows), 9);
+        assert_eq!(pack.trunk_len(), 7);
         assert_eq!(pack.ids(), [1, 2, 3, 4, 5, 6, 7, 9, 4]);
         assert_eq!(pack.positions(), [0, 1, 2, 3, 4, 5, 6, 2, 3]);
         let parents: Vec<Option<u32>> = [None, Some(0), Some(1), Some(2), Some(3), Some(4)]
@@ -436,13 +514,14 @@ mod tests {
             .chain([Some(5), Some(1), Some(7)])
             .collect();
         assert_eq!(pack.parents(), parents.as_slice());
+        // Per-row results keep the caller's row order.
         assert_eq!(pack.rows(), 4);
-        assert_eq!(pack.completion_nodes(0), [3, 4]);
-        assert_eq!(pack.predictor_nodes(0), [2, 3]);
-        assert_eq!(pack.completion_nodes(1), [6]);
-        assert_eq!(pack.predictor_nodes(1), [5]);
-        assert_eq!(pack.completion_nodes(2), [8]);
-        assert_eq!(pack.predictor_nodes(2), [7]);
+        assert_eq!(pack.completion_nodes(0), [8]);
+        assert_eq!(pack.predictor_nodes(0), [7]);
+        assert_eq!(pack.completion_nodes(1), [3, 4]);
+        assert_eq!(pack.predictor_nodes(1), [2, 3]);
+        assert_eq!(pack.completion_nodes(2), [6]);
+        assert_eq!(pack.predictor_nodes(2), [5]);
         assert_eq!(pack.completion_nodes(3), [3, 4]);
 
         let mask = pack.mask();
@@ -463,15 +542,17 @@ mod tests {
             chain.sort_unstable();
             assert_eq!(row_of(j), chain, "mask row {j}");
         }
+        // The trunk's rows are causal; the branch mask is the rest.
+        for j in 0..pack.trunk_len() {
+            assert_eq!(row_of(j), (0..=j).collect::<Vec<_>>(), "trunk row {j}");
+        }
+        assert_eq!(pack.branch_mask(), mask[pack.trunk_len() * l..]);
         let (ids, positions, mask_t) = pack.inputs(Device::Cpu);
         assert_eq!(ids.size(), [1, 9]);
         assert_eq!(positions.size(), [1, 9]);
-        assert_eq!(mask_t.size(), [1, 1, 9, 9]);
+        assert_eq!(mask_t.size(), [1, 1, 2, 9]);
         assert_eq!(mask_t.kind(), Kind::Bool);
-        assert_eq!(
-            mask_t.sum(Kind::Int64).int64_value(&[]),
-            1 + 2 + 3 + 4 + 5 + 6 + 7 + 3 + 4
-        );
+        assert_eq!(mask_t.sum(Kind::Int64).int64_value(&[]), 3 + 4);
 
         assert!(PackedRows::new(&[row(&[], &[1])]).is_err());
     }
@@ -555,6 +636,81 @@ mod tests {
             row_logprobs(&batch, 1, c.len())
         };
         assert!(max_diff(&b(&b1), &b(&b2)) > 1e-4);
+    }
+
+    /// The old single-pass forward: every query through the full `[1, 1, L, L]` mask.
+    fn forward_full_mask(model: &Model, pack: &PackedRows) -> Tensor {
+        let (ids, positions, _) = pack.inputs(Device::Cpu);
+        let l = pack.len() as i64;
+        let mask = Tensor::from_slice(&pack.mask()).view([1, 1, l, l]);
+        let c = model.config();
+        let group = (c.num_attention_heads / c.num_key_value_heads) as i64;
+        let (cos, sin) = model.rope.tables(&positions);
+        let mut x = Tensor::embedding(&model.embed, &ids, -1, false, false);
+        for layer in &model.layers {
+            let (q, k, v) = model.attention_inputs(layer, &x, &cos, &sin);
+            let k = k.repeat_interleave_self_int(group, 1, None);
+            let v = v.repeat_interleave_self_int(group, 1, None);
+            let attn = Tensor::scaled_dot_product_attention(
+                &q,
+                &k,
+                &v,
+                Some(&mask),
+                0.0,
+                false,
+                None,
+                false,
+            );
+            x = model.layer_output(layer, &x, &attn);
+        }
+        model.final_norm(&x)
+    }
+
+    /// The longest row is the trunk (nodes `0..T`, a chain at positions `0..T`) wherever it sits
+    /// among the rows, and the split forward (causal trunk + masked branches) gives the hidden
+    /// states of the full-mask forward; a lone row (`T == L`) gives those of `forward_hidden`.
+    #[test]
+    fn trunk_is_the_longest_row_and_split_attention_is_exact() {
+        let model = tiny(25);
+        let mut rows = trajectory(3);
+        // Put the longest row (Act 3, 39 tokens) last.
+        let longest = rows.remove(2);
+        rows.push(longest.clone());
+        let pack = PackedRows::new(&rows).unwrap();
+        let t = pack.trunk_len();
+        assert_eq!(t, longest.len());
+        assert_eq!(t, rows.iter().map(ScoreRow::len).max().unwrap());
+        assert!(t < pack.len());
+        assert_eq!(pack.ids()[..t], sequence(&longest));
+        assert_eq!(pack.positions()[..t], (0..t as i64).collect::<Vec<_>>());
+        for (i, p) in pack.parents()[..t].iter().enumerate() {
+            assert_eq!(*p, i.checked_sub(1).map(|p| p as u32));
+        }
+        assert!(pack.parents()[t..].iter().all(|p| p.is_some()));
+        // The longest row's completion is the trunk's tail.
+        let n = longest.completion_ids.len();
+        assert_eq!(
+            pack.completion_nodes(rows.len() - 1),
+            (t - n..t).map(|i| i as u32).collect::<Vec<_>>()
+        );
+
+        let (ids, positions, branch) = pack.inputs(Device::Cpu);
+        let split = tch::no_grad(|| model.forward_hidden_packed(&ids, &positions, t, &branch));
+        let full = tch::no_grad(|| forward_full_mask(&model, &pack));
+        assert_eq!(split.size(), full.size());
+        let diff = (&split - &full).abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "split vs full mask: {diff}");
+
+        let alone = PackedRows::new(std::slice::from_ref(&longest)).unwrap();
+        assert_eq!(alone.trunk_len(), alone.len());
+        let (ids, positions, branch) = alone.inputs(Device::Cpu);
+        assert_eq!(branch.size(), [1, 1, 0, t as i64]);
+        let packed = tch::no_grad(|| {
+            model.forward_hidden_packed(&ids, &positions, alone.trunk_len(), &branch)
+        });
+        let plain = tch::no_grad(|| model.forward_hidden(&ids));
+        let diff = (&packed - &plain).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "lone row vs forward_hidden: {diff}");
     }
 
     #[test]
@@ -690,8 +846,9 @@ mod tests {
             assert!(moved > 5e-4, "moved {moved}");
             eprintln!("weights moved {moved:.2e}, packed vs unpacked {diff:.2e}");
             // AdamW's first update is ±lr wherever |grad| ≫ eps, but elements whose gradient
-            // is near eps pass rounding through: bound the difference at 2 % of lr.
-            assert!(diff < 2e-5, "packed and unpacked weights differ by {diff}");
+            // is near eps pass summation-order rounding through (thread-count dependent):
+            // bound the difference at 10 % of lr; a wrong gradient moves weights by ~lr.
+            assert!(diff < 1e-4, "packed and unpacked weights differ by {diff}");
         }
 
         let sft: Vec<ScoreRow> = trajectory(0).into_iter().chain(trajectory(50)).collect();
@@ -715,6 +872,36 @@ mod tests {
         assert!((a.grad_norm - b.grad_norm).abs() < 1e-4 * a.grad_norm.max(1.0));
         assert_eq!(b.forward_tokens, 2 * 57);
         assert!(b.forward_tokens < a.forward_tokens);
-        assert!(max_param_diff(&plain, &packed) < 2e-5);
+        assert!(max_param_diff(&plain, &packed) < 1e-4);
+    }
+
+    /// One-off timing, not an assertion: fwd+bwd of a ~2000-token pack (one 1800-token chain and
+    /// two 100-token branches) on the tiny random model. Run with
+    /// `cargo test --release -p envace-kernels --lib packing::tests::time_packed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn time_packed_forward_backward() {
+        let model = tiny(31);
+        let trunk = ids(1800, 7);
+        let rows = vec![
+            row(&trunk[..1790], &trunk[1790..]),
+            row(&cat(&[&trunk[..900], &ids(90, 8)]), &ids(10, 9)),
+            row(&cat(&[&trunk[..1200], &ids(90, 10)]), &ids(10, 11)),
+        ];
+        assert_eq!(packed_len(&rows), 2000);
+        let run = || {
+            let batch = score_packed(&model, &rows, 1.0).unwrap();
+            batch.logprobs.sum(Kind::Float).backward();
+        };
+        run();
+        let n = 5;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            run();
+        }
+        eprintln!(
+            "packed fwd+bwd, L = 2000: {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3 / f64::from(n)
+        );
     }
 }

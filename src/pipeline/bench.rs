@@ -189,12 +189,8 @@ impl Pipeline {
             n,
         );
 
-        let learner = self.topology.learner.clone();
-        let cfg = Box::new(self.cfg.train.learner.clone());
-        learner
-            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        self.configure_learner(self.cfg.train.learner.clone())
+            .await?;
         let rows: Vec<TrainRow> = trajectories
             .into_iter()
             .enumerate()
@@ -230,11 +226,8 @@ impl Pipeline {
             bail!("bench: no seed trajectories; collect first");
         }
         let learner = self.topology.learner.clone();
-        let cfg = Box::new(self.cfg.train.learner.clone());
-        learner
-            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        self.configure_learner(self.cfg.train.learner.clone())
+            .await?;
         let worker = self.topology.worker.clone();
         let engine_before = worker.engine_stats().await.map_err(|e| anyhow!(e))?;
         let calls_before = self.topology.real_env_calls();

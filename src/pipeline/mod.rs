@@ -21,6 +21,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Context, Result};
 
 use crate::actors::env_actor::EnvFactory;
+use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::{PromptKit, SeedPool};
 use crate::actors::slot::Slot;
@@ -118,6 +119,19 @@ impl Pipeline {
             report,
             metrics,
         })
+    }
+
+    /// Sends `cfg` to the Learner actor, which (re)builds the model thread's learner with it.
+    ///
+    /// # Errors
+    /// The Learner actor is gone, or the config is invalid.
+    pub async fn configure_learner(&self, cfg: crate::kernels::LearnerConfig) -> Result<()> {
+        let cfg = Box::new(cfg);
+        self.topology
+            .learner
+            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
+            .await?
+            .map_err(|e| anyhow!(e))
     }
 
     /// The Memory actor.

@@ -243,11 +243,7 @@ impl Pipeline {
             );
         }
         let learner = self.topology.learner.clone();
-        let cfg = Box::new(self.cfg.sft.learner.clone());
-        learner
-            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        self.configure_learner(self.cfg.sft.learner.clone()).await?;
         let bar = progress(self.cfg.sft.steps, "sft");
         let (mut tokens, mut trained) = (0u64, 0u64);
         let per = self.cfg.sft.rows_per_step;

@@ -80,11 +80,8 @@ impl Pipeline {
             );
         }
         let learner = self.topology.learner.clone();
-        let cfg = Box::new(self.cfg.train.learner.clone());
-        learner
-            .ask("learner", |r| LearnerMsg::Configure(cfg, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        self.configure_learner(self.cfg.train.learner.clone())
+            .await?;
         let calls_before = self.topology.real_env_calls();
         let agents = self.topology.rehearsal_agents();
         let bar = progress(self.cfg.train.steps.saturating_sub(first_step), "train");

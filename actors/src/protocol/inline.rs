@@ -43,7 +43,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::act::act_messages;
-use super::rehearse::{excerpt, write_call, write_facts};
+use super::rehearse::{json_result, write_call, write_facts};
 use super::{PromptKit, ProtocolError, RehearseErrorCode, RehearseParseError, ToolRendering};
 use crate::kernels::{self, ChatMessage};
 use crate::storage::{Message, MessageRole, ToolExchange};
@@ -386,22 +386,7 @@ pub fn parse_inline_result(text: &str) -> Result<Value, RehearseParseError> {
             "empty result: expected a JSON object or array",
         ));
     }
-    let value: Value = serde_json::from_str(rest).map_err(|e| {
-        RehearseParseError::new(
-            RehearseErrorCode::InvalidJson,
-            format!("invalid JSON ({e}) in {:?}", excerpt(rest)),
-        )
-    })?;
-    match value {
-        Value::Object(_) | Value::Array(_) => Ok(value),
-        other => Err(RehearseParseError::new(
-            RehearseErrorCode::NotObjectOrArray,
-            format!(
-                "expected a JSON object or array, found {}",
-                excerpt(&other.to_string())
-            ),
-        )),
-    }
+    json_result(rest)
 }
 
 #[cfg(test)]

@@ -236,7 +236,12 @@ pub fn parse_rehearse(text: &str) -> Result<Value, RehearseParseError> {
             format!("{RESULT_OPEN} is never closed by {REHEARSE_STOP}"),
         ));
     };
-    let body = body[..end].trim();
+    json_result(body[..end].trim())
+}
+
+/// `body` as a tool result: a JSON object or array, else `INVALID_JSON` /
+/// `NOT_OBJECT_OR_ARRAY` (shared by both protocols' parsers).
+pub(crate) fn json_result(body: &str) -> Result<Value, RehearseParseError> {
     let value: Value = serde_json::from_str(body).map_err(|e| {
         RehearseParseError::new(
             RehearseErrorCode::InvalidJson,
