@@ -268,3 +268,66 @@ fn prefix_cache_reuses_kv_without_changing_greedy_ids() {
         off.prefill_tokens_computed, on.prefill_tokens_computed, on.prefill_tokens_reused
     );
 }
+
+/// The model thread drops the kept prefixes' KV whenever the weights change (a learner step or
+/// a checkpoint load): KV computed by old weights must never serve a new policy.
+#[test]
+fn weight_changes_clear_the_prefix_cache() {
+    use envace::actors::worker::{Job, WorkerHandle};
+    use envace::kernels::{LearnerConfig, TrainRow};
+    let worker = WorkerHandle::from_loaded(tiny(), EngineConfig::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let prompt: Vec<u32> = (0..40).map(|i| 200 + i).collect();
+        let greedy = SamplingParams {
+            max_new_tokens: 4,
+            ..SamplingParams::default()
+        };
+        let hits = || async { worker.engine_stats().await.expect("stats").prefix_hits };
+        let generate = || async {
+            worker
+                .generate(request(&prompt, greedy.clone()))
+                .await
+                .expect("generate")
+        };
+        generate().await;
+        generate().await;
+        assert_eq!(hits().await, 1, "the same prompt reuses its kept prefix");
+
+        worker
+            .request(|tx| Job::SetLearner(Box::new(LearnerConfig::default()), tx))
+            .await
+            .expect("learner");
+        let row = TrainRow {
+            prompt_ids: prompt.clone(),
+            completion_ids: vec![5, 6],
+            old_logprobs: vec![-1.0, -1.0],
+            advantage: 1.0,
+        };
+        worker
+            .request(|tx| Job::Train(vec![row], tx))
+            .await
+            .expect("a learner step");
+        generate().await;
+        assert_eq!(hits().await, 1, "no reuse across a learner step");
+        generate().await;
+        assert_eq!(hits().await, 2);
+
+        let dir = std::env::temp_dir().join(format!("envace-cache-clear-{}", std::process::id()));
+        let path = dir.join("w.safetensors");
+        worker
+            .request(|tx| Job::Save(path.clone(), tx))
+            .await
+            .expect("save");
+        worker
+            .request(|tx| Job::Load(path.clone(), envace::storage::PolicyVersion(7), tx))
+            .await
+            .expect("load");
+        let _ = std::fs::remove_dir_all(&dir);
+        generate().await;
+        assert_eq!(hits().await, 2, "no reuse across a weight load");
+    });
+}

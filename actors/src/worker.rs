@@ -288,7 +288,14 @@ fn serve(
             Job::Load(path, v, reply) => {
                 // Even a failed load may have replaced some parameters: drop KV of the old ones.
                 engine.clear_prefix_cache();
-                let out = model.load_weights(&path).map_err(|e| e.to_string());
+                let mut out = model.load_weights(&path).map_err(|e| e.to_string());
+                // bf16 master weights must follow the loaded ones (else the next step writes
+                // the old master back).
+                if let Some(l) = learner.as_mut() {
+                    if let Err(e) = l.weights_replaced() {
+                        out = out.and(Err(format!("resyncing the learner after a load: {e}")));
+                    }
+                }
                 if out.is_ok() {
                     version.store(v.0, Ordering::SeqCst);
                 }

@@ -295,6 +295,16 @@ impl<'m> Learner<'m> {
         self.reference.as_ref()
     }
 
+    /// To be called after the model's weights were replaced from outside (a checkpoint load):
+    /// with bf16 master weights the masters are re-read and the moments restart
+    /// ([`Optimizer::weights_replaced`]).
+    ///
+    /// # Errors
+    /// [`Error::Torch`] from the copy.
+    pub fn weights_replaced(&mut self) -> Result<()> {
+        self.optimizer.weights_replaced()
+    }
+
     /// The configuration the learner runs with.
     pub fn config(&self) -> &LearnerConfig {
         &self.config

@@ -103,10 +103,13 @@ pub struct ReplayBench {
 impl Pipeline {
     /// Replays the seed trajectories of the first `train.tasks_per_step` train tasks that
     /// have one, in this run's protocol (the warm-up's rows: Act turns and Rehearse calls with
-    /// their real results), up to `rollout.max_user_turns` user turns as training plays them. Generation: each row's prompt, greedy, exactly its
-    /// completion's length of new tokens, rows of a trajectory in order (so a prefix cache
-    /// sees what a live rollout would); then one GRPO step on the rows (zero old log-probs,
-    /// advantages ±1 by trajectory: the cost of a step, not a meaningful update).
+    /// their real results), up to `rollout.max_user_turns` user turns as training plays them.
+    ///
+    /// Generation: each row's prompt, greedy, exactly its completion's length of new tokens,
+    /// the rows of a trajectory in order. The next row's prompt holds the seed's completion,
+    /// not the greedy one, so a prefix cache reuses only up to the previous prompt: the
+    /// cached modes' reuse is slightly understated. Then one GRPO step on the rows (zero old
+    /// log-probs, advantages ±1 by trajectory: the cost of a step, not a meaningful update).
     ///
     /// # Errors
     /// No seeds, a row the engine rejects, or a learner failure.
@@ -328,13 +331,21 @@ fn first_user_turns(seed: &SeedTrajectory, turns: Option<usize>) -> SeedTrajecto
     out
 }
 
+/// Counters over a phase. Saturating: a failed generation step rebuilds the engine and restarts
+/// its counters (the phase then under-reports rather than wraps).
 fn delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
     EngineStats {
-        prefill_tokens_computed: after.prefill_tokens_computed - before.prefill_tokens_computed,
-        prefill_tokens_reused: after.prefill_tokens_reused - before.prefill_tokens_reused,
-        decode_tokens: after.decode_tokens - before.decode_tokens,
-        prefix_hits: after.prefix_hits - before.prefix_hits,
-        prefix_evictions: after.prefix_evictions - before.prefix_evictions,
+        prefill_tokens_computed: after
+            .prefill_tokens_computed
+            .saturating_sub(before.prefill_tokens_computed),
+        prefill_tokens_reused: after
+            .prefill_tokens_reused
+            .saturating_sub(before.prefill_tokens_reused),
+        decode_tokens: after.decode_tokens.saturating_sub(before.decode_tokens),
+        prefix_hits: after.prefix_hits.saturating_sub(before.prefix_hits),
+        prefix_evictions: after
+            .prefix_evictions
+            .saturating_sub(before.prefix_evictions),
         prefix_cache_tokens: after.prefix_cache_tokens,
     }
 }

@@ -14,7 +14,7 @@ use super::{progress, secs, Pipeline, SFT_RUN};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::{
-    act_messages, canonical_result, rehearse_messages, render_rehearse_target, InlineStream,
+    act_messages, inline_result_target, rehearse_messages, render_rehearse_target, InlineStream,
     PromptKit, RolloutProtocol, SeedPool, ToolRendering,
 };
 use crate::actors::{EpisodeTask, Split, ToolCall};
@@ -103,7 +103,7 @@ pub fn seed_rows(
 ///   encoded, plus the end token (the stream then grows by exactly those ids), so every Act
 ///   row's prompt extends the previous rows';
 /// * Rehearse rows: the stream after the Act turn plus the private block (`facts`, the call)
-///   and the tool header → the real result as compact JSON ([`canonical_result`]) plus the end
+///   and the tool header → the real result in `json.dumps` form ([`inline_result_target`]) plus the end
 ///   token; every call of a turn branches off the same stream, and the results join it (as
 ///   those target ids) after the turn's last call, as in a rollout.
 ///
@@ -166,7 +166,7 @@ pub fn inline_seed_rows(
                 let arguments = serde_json::from_str(&x.arguments_json)
                     .map_err(|e| anyhow!("seed of {}: arguments of {}: {e}", seed.task, x.name))?;
                 let call = ToolCall::new(x.name.clone(), arguments);
-                let mut completion = kit.encode(&canonical_result(&x.result_json))?;
+                let mut completion = kit.encode(&inline_result_target(&x.result_json))?;
                 completion.extend(&eos);
                 rows.push((
                     crate::storage::Role::Rehearse,
@@ -441,11 +441,12 @@ mod tests {
         let mut turn = rows[0].1.prompt_ids.clone();
         turn.extend(&rows[0].1.completion_ids);
         assert!(a.starts_with(&turn) && b.starts_with(&turn));
-        // Targets are the real results (compact JSON; a non-JSON result wrapped).
+        // Targets are the real results in `json.dumps` form, as real results appear in the
+        // stream at evaluation (a non-JSON result wrapped).
         let target = |i: usize| kit.decode(&rows[i].1.completion_ids).expect("decode");
-        assert_eq!(target(1), "{\"cwd\":\"docs\"}");
-        assert_eq!(target(2), "[\"a\",\"b\"]");
-        assert_eq!(target(5), "{\"result\":\"None\"}");
+        assert_eq!(target(1), "{\"cwd\": \"docs\"}");
+        assert_eq!(target(2), "[\"a\", \"b\"]");
+        assert_eq!(target(5), "{\"result\": \"None\"}");
         // Facts come from other tasks only, and stay out of the Act rows.
         let rehearse = kit.tokenizer.decode(a, false).expect("decode");
         assert!(rehearse.contains("other_fact") && !rehearse.contains("\"docs\""));
@@ -464,7 +465,7 @@ mod tests {
             .decode(&rows[3].1.prompt_ids, false)
             .expect("decode");
         assert!(act.ends_with(
-            "</tool_call><|im_end|>\n<|im_start|>tool\n{\"cwd\":\"docs\"}<|im_end|>\n<|im_start|>tool\n[\"a\",\"b\"]<|im_end|>\n<|im_start|>assistant\n"
+            "</tool_call><|im_end|>\n<|im_start|>tool\n{\"cwd\": \"docs\"}<|im_end|>\n<|im_start|>tool\n[\"a\", \"b\"]<|im_end|>\n<|im_start|>assistant\n"
         ), "{act}");
 
         // The reference protocol is unchanged: fresh prompts, `<execution_result>` targets.

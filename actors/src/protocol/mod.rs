@@ -35,7 +35,9 @@ pub use act::{
     act_messages, parse_act, render_act_target, ActErrorCode, ActOutput, ActParseError, ACT_SYSTEM,
 };
 pub use facts::SeedPool;
-pub use inline::{parse_inline_result, InlineFrames, InlineStream, INLINE_REHEARSE_SYSTEM};
+pub use inline::{
+    inline_result_target, parse_inline_result, InlineFrames, InlineStream, INLINE_REHEARSE_SYSTEM,
+};
 pub use json::python_json;
 pub use memory::{condense, critique_messages, CRITIQUE_SYSTEM, MEMORY_HEADER};
 pub use rehearse::{
@@ -200,8 +202,8 @@ pub enum RolloutProtocol {
 #[serde(default, deny_unknown_fields)]
 pub struct ProtocolConfig {
     /// Which protocol rollouts and evaluations use: `mode = "reference"` (default) or
-    /// `mode = "inline"` (one token stream per trajectory; the learner packs each
-    /// trajectory's rows by shared prefix).
+    /// `mode = "inline"` (one token stream per trajectory; the training learner packs each
+    /// trajectory's rows by shared prefix: inline mode sets `train.learner.pack_prefixes`).
     pub mode: RolloutProtocol,
     /// How tools are rendered in both roles' prompts. Default [`ToolRendering::Full`].
     pub tool_rendering: ToolRendering,
