@@ -274,7 +274,7 @@ fn prefix_cache_reuses_kv_without_changing_greedy_ids() {
 #[test]
 fn weight_changes_clear_the_prefix_cache() {
     use envace::actors::worker::{Job, WorkerHandle};
-    use envace::kernels::{LearnerConfig, TrainRow};
+    use envace::kernels::TrainRow;
     let worker = WorkerHandle::from_loaded(tiny(), EngineConfig::default());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -298,7 +298,7 @@ fn weight_changes_clear_the_prefix_cache() {
         assert_eq!(hits().await, 1, "the same prompt reuses its kept prefix");
 
         worker
-            .request(|tx| Job::SetLearner(Box::new(LearnerConfig::default()), tx))
+            .request(|tx| Job::SetLearner(Box::default(), tx))
             .await
             .expect("learner");
         let row = TrainRow {
