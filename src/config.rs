@@ -94,7 +94,9 @@ pub struct SftConfig {
     pub steps: u64,
     /// Rows per step (sampled without replacement, seeded).
     pub rows_per_step: usize,
-    /// Rows longer than this (prompt + completion tokens) are left out.
+    /// Rows longer than this (prompt + completion tokens) are left out. In inline mode the
+    /// bound is the model's context instead: an inline row carries the stream before it, and
+    /// a seed's rows are trained together, packed.
     pub max_row_tokens: usize,
     pub seed: u64,
     pub learner: LearnerConfig,
@@ -274,10 +276,10 @@ impl RunConfig {
         // Evaluation configs are derived from `rollout`, so they follow the same protocol.
         self.rollout.protocol = self.protocol.mode;
         // Inline rows of one trajectory share its stream as a token prefix: score them packed,
-        // one forward/backward per trajectory. (Warm-up rows are shuffled across seeds, so
-        // `sft.learner` keeps its own setting.)
+        // one forward/backward per trajectory (the warm-up keeps each seed's rows together).
         if self.protocol.mode == RolloutProtocol::Inline {
             self.train.learner.pack_prefixes = true;
+            self.sft.learner.pack_prefixes = true;
         }
         self
     }
@@ -447,7 +449,7 @@ mod tests {
         assert_eq!(c.protocol.mode, RolloutProtocol::Inline);
         assert_eq!(c.rollout.protocol, RolloutProtocol::Inline);
         assert!(
-            c.train.learner.pack_prefixes,
+            c.train.learner.pack_prefixes && c.sft.learner.pack_prefixes,
             "inline rows are scored prefix-packed"
         );
         let e = RunConfig::from_toml("[protocol]\nmode = \"stream\"\n").unwrap_err();

@@ -15,13 +15,13 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
-use super::sft::seed_rows;
+use super::sft::{first_user_turns, seed_rows};
 use super::{secs, Pipeline, TRAIN_RUN};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::worker::Job;
 use crate::kernels::{EngineStats, GenerationRequest, SamplingParams, TrainRow};
-use crate::storage::{MessageRole, Role, RunId, SeedTrajectory, Termination};
+use crate::storage::{Role, RunId, Termination};
 
 /// What one phase cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -305,32 +305,6 @@ impl Pipeline {
     }
 }
 
-/// `seed` cut before its `(turns + 1)`-th user turn (a run of user messages); all of it when
-/// `turns` is `None`. Unused tool exchanges at the end are harmless: rows consume them in order.
-fn first_user_turns(seed: &SeedTrajectory, turns: Option<usize>) -> SeedTrajectory {
-    let mut out = seed.clone();
-    let Some(turns) = turns else {
-        return out;
-    };
-    let mut seen = 0;
-    let mut previous_user = false;
-    let end = seed
-        .messages
-        .iter()
-        .position(|m| {
-            let user = m.role == MessageRole::User;
-            let starts_turn = user && !previous_user;
-            previous_user = user;
-            if starts_turn {
-                seen += 1;
-            }
-            starts_turn && seen > turns
-        })
-        .unwrap_or(seed.messages.len());
-    out.messages.truncate(end);
-    out
-}
-
 /// Counters over a phase. Saturating: a failed generation step rebuilds the engine and restarts
 /// its counters (the phase then under-reports rather than wraps).
 fn delta(after: &EngineStats, before: &EngineStats) -> EngineStats {
@@ -374,43 +348,4 @@ pub fn peak_rss_mib() -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::{Message, TaskId};
-
-    fn msg(role: MessageRole, content: &str) -> Message {
-        Message {
-            role,
-            content: content.into(),
-            tool_name: None,
-            row: None,
-        }
-    }
-
-    #[test]
-    fn first_user_turns_cuts_before_the_next_turn() {
-        use MessageRole::{Assistant, Tool, User};
-        let seed = SeedTrajectory {
-            task: TaskId::from("t"),
-            index: 0,
-            messages: vec![
-                msg(User, "u1"),
-                msg(User, "u1b"),
-                msg(Assistant, "a1"),
-                msg(Tool, "r1"),
-                msg(Assistant, "done"),
-                msg(User, "u2"),
-                msg(Assistant, "a2"),
-            ],
-            tool_calls: Vec::new(),
-        };
-        let one = first_user_turns(&seed, Some(1));
-        let contents: Vec<&str> = one.messages.iter().map(|m| m.content.as_str()).collect();
-        assert_eq!(contents, ["u1", "u1b", "a1", "r1", "done"]);
-        assert_eq!(first_user_turns(&seed, Some(2)).messages.len(), 7);
-        assert_eq!(first_user_turns(&seed, None).messages.len(), 7);
-    }
 }

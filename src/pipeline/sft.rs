@@ -46,7 +46,10 @@ pub fn seed_rows(
         cfg.protocol.max_fact_chars,
     );
     if cfg.protocol.mode == RolloutProtocol::Inline {
-        return inline_seed_rows(kit, task, seed, &facts, rendering);
+        // An inline row carries the whole stream before it, so late user turns make rows
+        // longer than `sft.max_row_tokens`: warm up on the turns training plays.
+        let seed = first_user_turns(seed, cfg.rollout.max_user_turns);
+        return inline_seed_rows(kit, task, &seed, &facts, rendering);
     }
     let eos: Vec<u32> = kit.eos_id().into_iter().collect();
     let mut rows = Vec::new();
@@ -183,6 +186,32 @@ pub fn inline_seed_rows(
     Ok(rows)
 }
 
+/// `seed` cut before its `(turns + 1)`-th user turn (a run of user messages); all of it when
+/// `turns` is `None`. Unused tool exchanges at the end are harmless: rows consume them in order.
+pub(super) fn first_user_turns(seed: &SeedTrajectory, turns: Option<usize>) -> SeedTrajectory {
+    let mut out = seed.clone();
+    let Some(turns) = turns else {
+        return out;
+    };
+    let mut seen = 0;
+    let mut previous_user = false;
+    let end = seed
+        .messages
+        .iter()
+        .position(|m| {
+            let user = m.role == MessageRole::User;
+            let starts_turn = user && !previous_user;
+            previous_user = user;
+            if starts_turn {
+                seen += 1;
+            }
+            starts_turn && seen > turns
+        })
+        .unwrap_or(seed.messages.len());
+    out.messages.truncate(end);
+    out
+}
+
 impl Pipeline {
     /// Runs `sft.steps` supervised steps on warm-up rows from the train seeds and saves the
     /// weights as the `sft` checkpoint.
@@ -208,22 +237,35 @@ impl Pipeline {
             let Some(task) = self.suite.train.iter().find(|t| t.id == seed.task) else {
                 continue; // seeds of test tasks are never used for training
             };
-            rows.extend(seed_rows(&self.topology.kit, task, seed, &pool, &self.cfg)?);
+            rows.push(seed_rows(&self.topology.kit, task, seed, &pool, &self.cfg)?);
         }
-        let total = rows.len();
-        let mut lengths: Vec<usize> = rows
-            .iter()
-            .map(|(_, r)| r.prompt_ids.len() + r.completion_ids.len())
-            .collect();
+        let total = rows.iter().map(Vec::len).sum::<usize>();
+        let mut lengths: Vec<usize> = rows.iter().flatten().map(|(_, r)| r.len()).collect();
         lengths.sort_unstable();
         if let (Some(&max), Some(&median)) = (lengths.last(), lengths.get(lengths.len() / 2)) {
             eprintln!("sft: row length median {median} tokens, max {max} tokens");
         }
-        rows.retain(|(_, r)| {
-            r.prompt_ids.len() + r.completion_ids.len() <= self.cfg.sft.max_row_tokens
-        });
+        // Inline rows carry the stream before them, and a seed's rows are trained packed (one
+        // forward per seed's stream): keep each seed's rows together, in order, and bound them
+        // by the context instead of `max_row_tokens`. Reference rows are shuffled one by one.
+        let inline = self.cfg.protocol.mode == RolloutProtocol::Inline;
+        let limit = if inline {
+            self.topology.worker.info().context_len
+        } else {
+            self.cfg.sft.max_row_tokens
+        };
+        for seed_rows in &mut rows {
+            seed_rows.retain(|(_, r)| r.len() <= limit);
+        }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.cfg.sft.seed);
-        rows.shuffle(&mut rng);
+        let rows: Vec<(crate::storage::Role, ScoreRow)> = if inline {
+            rows.shuffle(&mut rng);
+            rows.into_iter().flatten().collect()
+        } else {
+            let mut rows: Vec<_> = rows.into_iter().flatten().collect();
+            rows.shuffle(&mut rng);
+            rows
+        };
         eprintln!(
             "sft: {} warm-up rows ({} act, {} rehearse; {} over {} tokens left out)",
             rows.len(),
@@ -234,12 +276,12 @@ impl Pipeline {
                 .filter(|(r, _)| *r == crate::storage::Role::Rehearse)
                 .count(),
             total - rows.len(),
-            self.cfg.sft.max_row_tokens
+            limit
         );
         if rows.is_empty() {
             bail!(
-                "sft: every warm-up row is longer than sft.max_row_tokens = {}",
-                self.cfg.sft.max_row_tokens
+                "sft: every warm-up row is longer than {limit} tokens (sft.max_row_tokens, or \
+                 the context in inline mode)"
             );
         }
         let learner = self.topology.learner.clone();
@@ -482,5 +524,44 @@ mod tests {
             .decode(&reference[1].1.completion_ids)
             .expect("decode")
             .contains("<execution_result>"));
+    }
+}
+
+#[cfg(test)]
+mod turn_tests {
+    use super::*;
+    use crate::storage::{Message, TaskId};
+
+    fn msg(role: MessageRole, content: &str) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            tool_name: None,
+            row: None,
+        }
+    }
+
+    #[test]
+    fn first_user_turns_cuts_before_the_next_turn() {
+        use MessageRole::{Assistant, Tool, User};
+        let seed = SeedTrajectory {
+            task: TaskId::from("t"),
+            index: 0,
+            messages: vec![
+                msg(User, "u1"),
+                msg(User, "u1b"),
+                msg(Assistant, "a1"),
+                msg(Tool, "r1"),
+                msg(Assistant, "done"),
+                msg(User, "u2"),
+                msg(Assistant, "a2"),
+            ],
+            tool_calls: Vec::new(),
+        };
+        let one = first_user_turns(&seed, Some(1));
+        let contents: Vec<&str> = one.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["u1", "u1b", "a1", "r1", "done"]);
+        assert_eq!(first_user_turns(&seed, Some(2)).messages.len(), 7);
+        assert_eq!(first_user_turns(&seed, None).messages.len(), 7);
     }
 }
