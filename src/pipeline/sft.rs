@@ -2,7 +2,9 @@
 //! the final answer) given the conversation before them; Rehearse rows: each real observation
 //! given its call. Only the completion tokens are trained. Rows are built in the run's
 //! protocol (`[protocol] mode`): reference prompts, or the inline protocol's stream and
-//! branches, so the warm-up teaches the format rollouts use.
+//! branches, so the warm-up teaches the format rollouts use. Reference rows are shuffled one
+//! by one; inline rows keep each seed's rows together (seeds shuffled) so a step packs them
+//! into one stream, and cover the user turns training plays (`rollout.max_user_turns`).
 
 use std::time::Instant;
 
