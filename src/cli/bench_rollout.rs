@@ -141,12 +141,15 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
     if let Some(mode) = &args.mode {
         return run_one(&args, mode);
     }
+    // Every mode name is checked before any mode runs.
+    for name in &args.modes {
+        Mode::parse(name)?;
+    }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let exe = std::env::current_exe().context("locating the envace binary")?;
     let mut results: BTreeMap<String, ModeResult> = BTreeMap::new();
     for name in &args.modes {
-        Mode::parse(name)?;
         if !args.json {
             eprintln!(
                 "[bench rollout] {name}: rollouts of {} tasks and one learner step",
@@ -185,7 +188,6 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         let d = f(&b.bench);
         (d > 0.0).then(|| f(&a.bench) / d)
     };
-    let tokens = |f: fn(&ModeBench) -> f64| f;
     let report = serde_json::json!({
         "preset": preset_name(args.preset),
         "tasks": args.tasks,
@@ -193,8 +195,8 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         "threads": tch::get_num_threads(),
         "modes": results,
         // Reference over inline, f32, per trajectory: > 1 means inline is cheaper.
-        "learner_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.replay.learner.tokens_per_trajectory)),
-        "generation_ratio": ratio("reference_f32", "inline_f32", &tokens(|b| b.replay.generation.tokens_per_trajectory)),
+        "learner_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.learner.tokens_per_trajectory),
+        "generation_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.generation.tokens_per_trajectory),
         "learner_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.learner.wall_s_per_trajectory),
         "generation_time_ratio": ratio("reference_f32", "inline_f32", &|b| b.replay.generation.wall_s_per_trajectory),
         // f32 over bf16 wall time per trajectory, inline: > 1 means bf16 is faster.
