@@ -148,12 +148,18 @@ fn call(name: &str, args: Value) -> String {
     format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>")
 }
 
-/// The last user message and how many tool responses follow it in an Act prompt.
-fn act_state(prompt: &str) -> (String, usize) {
+/// The last user message and how many tool results (each opened by `tool_marker`) follow it
+/// in an Act prompt.
+fn act_state_with(prompt: &str, tool_marker: &str) -> (String, usize) {
     let last_user = prompt.rfind("<|im_start|>user\n").expect("a user turn");
     let rest = &prompt[last_user + "<|im_start|>user\n".len()..];
     let user = rest.split("<|im_end|>").next().unwrap_or("").to_string();
-    (user, rest.matches("<tool_response>").count())
+    (user, rest.matches(tool_marker).count())
+}
+
+/// [`act_state_with`] for reference prompts (results wrapped in `<tool_response>`).
+fn act_state(prompt: &str) -> (String, usize) {
+    act_state_with(prompt, "<tool_response>")
 }
 
 fn is_rehearse(prompt: &str) -> bool {
@@ -166,16 +172,22 @@ fn good_policy() -> Arc<Script> {
         if is_rehearse(prompt) {
             return "\n<execution_result>\n{\"ok\": true}\n</execution_result>".into();
         }
-        match act_state(prompt) {
-            (u, 0) if u.starts_with("Go to docs") => format!(
-                "{}\n{}",
-                call("cd", json!({"folder": "docs"})),
-                call("ls", json!({}))
-            ),
-            (u, 0) if u.starts_with("Show file") => call("cat", json!({"file": "a"})),
-            _ => "All done.".into(),
-        }
+        good_act(act_state(prompt))
     })
+}
+
+/// The good policy's Act turn for (last user message, tool results since it): the expected
+/// calls (two in one turn for the first user turn), then a final answer.
+fn good_act(state: (String, usize)) -> String {
+    match state {
+        (u, 0) if u.starts_with("Go to docs") => format!(
+            "{}\n{}",
+            call("cd", json!({"folder": "docs"})),
+            call("ls", json!({}))
+        ),
+        (u, 0) if u.starts_with("Show file") => call("cat", json!({"file": "a"})),
+        _ => "All done.".into(),
+    }
 }
 
 struct World {
@@ -618,10 +630,7 @@ fn inline_config() -> EpisodeConfig {
 
 /// The last user message and how many tool turns follow it in an inline Act prompt.
 fn inline_act_state(prompt: &str) -> (String, usize) {
-    let last_user = prompt.rfind("<|im_start|>user\n").expect("a user turn");
-    let rest = &prompt[last_user + "<|im_start|>user\n".len()..];
-    let user = rest.split("<|im_end|>").next().unwrap_or("").to_string();
-    (user, rest.matches("<|im_start|>tool\n").count())
+    act_state_with(prompt, "<|im_start|>tool\n")
 }
 
 /// The good policy in the inline format: bare JSON results.
@@ -630,15 +639,7 @@ fn inline_policy() -> Arc<Script> {
         if is_rehearse(prompt) {
             return "{\"ok\": true}".into();
         }
-        match inline_act_state(prompt) {
-            (u, 0) if u.starts_with("Go to docs") => format!(
-                "{}\n{}",
-                call("cd", json!({"folder": "docs"})),
-                call("ls", json!({}))
-            ),
-            (u, 0) if u.starts_with("Show file") => call("cat", json!({"file": "a"})),
-            _ => "All done.".into(),
-        }
+        good_act(inline_act_state(prompt))
     })
 }
 
