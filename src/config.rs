@@ -67,6 +67,9 @@ pub enum JudgeKind {
     RuleChecklist,
     /// BFCL's own checker, which re-executes the calls in a sandbox.
     BfclChecker,
+    /// The rule checklist with partial credit: format, tool names, argument names and values
+    /// ([`crate::bfcl::dense`]); 1 exactly when the rule checklist gives 1.
+    DenseChecklist,
 }
 
 /// The environment tasks come from.

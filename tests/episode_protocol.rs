@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use envace::actors::env_actor::EnvFactory;
-use envace::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
+use envace::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
 use envace::actors::learner::grpo_batch;
 use envace::actors::protocol::{act_messages, PromptKit, RolloutProtocol, ToolRendering};
 use envace::actors::topology::{Topology, TopologySpec};
@@ -28,6 +28,7 @@ use envace::actors::{
     ChecklistItem, EnvTask, Environment, EnvironmentError, EpisodeTask, Judge, JudgeTask,
     Observation, Split, ToolCall, TurnCalls, Verdict,
 };
+use envace::bfcl::dense::DenseChecklistJudge;
 use envace::bfcl::judge::RuleChecklistJudge;
 use envace::kernels::{load, FinishReason, GrpoConfig, ModelSource};
 use envace::storage::{
@@ -388,6 +389,33 @@ fn every_act_parse_error_ends_the_episode_with_its_code() {
             assert_eq!(v["error_tool_call"]["code"], code, "{text}");
             w.topology.stop();
         }
+    });
+}
+
+#[test]
+fn complete_blocks_before_a_malformed_one_earn_dense_credit_but_are_not_executed() {
+    // `cd(folder=docs)` closed, then an `ls` block cut by the token budget.
+    let text: &'static str = "<tool_call>\n{\"name\": \"cd\", \"arguments\": {\"folder\": \"docs\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"ls\", \"argu";
+    rt().block_on(async {
+        let w = world(bad_act(text), Arc::new(DenseChecklistJudge), 2048).await;
+        let t = run_episode_supervised(
+            &w.topology.rehearsal_agents(),
+            &config(),
+            &spec(task("p"), 0),
+        )
+        .await;
+        assert_eq!(t.termination, Termination::ActParseError);
+        // Nothing was rehearsed: the only row is the Act row.
+        assert_eq!(t.rows.len(), 1);
+        assert!(t.rows.iter().all(|r| r.role == Role::Act));
+        // The transcript the judge saw, read back from the stored messages.
+        let turns = transcript(&t.messages, &task("p").tool_names());
+        assert_eq!(turns.len(), 1);
+        assert!(turns[0].calls.is_empty() && turns[0].malformed && !turns[0].final_answer);
+        assert_eq!(turns[0].unexecuted_calls.len(), 1);
+        // Turn 0: f = 0, credit 1/2 (cd of cd + ls) -> 0.8 * 0.5 = 0.4; R = 0.4 / 2 turns.
+        assert!((t.reward - 0.2).abs() < 1e-6, "{}", t.reward);
+        w.topology.stop();
     });
 }
 

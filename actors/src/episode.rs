@@ -7,7 +7,10 @@
 //! same history, and all results are appended after the last one. When a user turn ends the
 //! judge scores the transcript so far; the next user turn follows only if no required item
 //! failed. An Act parse error, a Rehearse format error, the generation-call cap or the context
-//! cap end the episode with 0 for the turn in progress (and every later turn).
+//! cap end the episode inside the turn in progress; the judge then scores the whole
+//! [`transcript`], in which that turn has no final answer (the rule checklist and BFCL's checker
+//! give it 0, as the reference does; the dense checklist gives partial credit) and later turns
+//! are never reached.
 //!
 //! Two protocols ([`EpisodeConfig::protocol`]): `reference` renders a fresh prompt per Act turn
 //! and per Rehearse call; `inline` keeps one [`InlineStream`] per trajectory — Act prompts are
@@ -28,7 +31,9 @@ use crate::environment::ToolCall;
 use crate::judge::{TurnCalls, Verdict};
 use crate::judge_actor::JudgeMsg;
 use crate::kernels::SamplingParams;
-use crate::protocol::{python_json, InlineStream, PromptKit, RolloutProtocol, ToolRendering};
+use crate::protocol::{
+    parse_act, python_json, InlineStream, PromptKit, RolloutProtocol, ToolRendering,
+};
 use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
 use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::{
@@ -248,9 +253,6 @@ pub async fn run_episode(
         .await?;
     run.timings.judge_s += t.elapsed().as_secs_f64();
     fit_turns(&mut verdict, task.judge.num_turns());
-    if termination.is_error() {
-        zero_from(&mut verdict, transcript.len().saturating_sub(1));
-    }
     run.timings.total_s = start.elapsed().as_secs_f64();
     Ok(Trajectory {
         run: spec.run.clone(),
@@ -298,13 +300,36 @@ fn fit_turns(verdict: &mut Verdict, turns: usize) {
     }
 }
 
-/// Scores turn `from` and later 0 (the turn an error ended, DESIGN.md §2) and recomputes R.
-fn zero_from(verdict: &mut Verdict, from: usize) {
-    for s in verdict.turn_scores.iter_mut().skip(from) {
-        s.score = 0.0;
-        s.passed_required = false;
+/// The judge's view of a conversation: one [`TurnCalls`] per user turn started (a turn starts
+/// at a user message that follows a non-user one), read back from the messages themselves so
+/// the episode driver, evaluation metrics and a stored trajectory all agree.
+///
+/// Each assistant message is parsed with [`parse_act`] against `whitelist` (what the Acting
+/// actor did when it was generated): its calls are the turn's executed calls, no call marks
+/// the final answer, and a parse error marks the turn malformed with the complete calls before
+/// the bad block as [`TurnCalls::unexecuted_calls`]. Tool and system messages are skipped.
+pub fn transcript(history: &[Message], whitelist: &[&str]) -> Vec<TurnCalls> {
+    let mut turns: Vec<TurnCalls> = Vec::new();
+    let mut previous_user = false;
+    for m in history {
+        let user = m.role == MessageRole::User;
+        if user && !previous_user {
+            turns.push(TurnCalls::default());
+        }
+        previous_user = user;
+        let (MessageRole::Assistant, Some(turn)) = (m.role, turns.last_mut()) else {
+            continue;
+        };
+        match parse_act(&m.content, whitelist) {
+            Ok(out) if out.is_final_answer() => turn.final_answer = true,
+            Ok(out) => turn.calls.extend(out.calls),
+            Err(e) => {
+                turn.malformed = true;
+                turn.unexecuted_calls.extend(e.calls_before);
+            }
+        }
     }
-    *verdict = Verdict::from_turn_scores(std::mem::take(&mut verdict.turn_scores));
+    turns
 }
 
 struct Run {
@@ -319,19 +344,6 @@ impl Run {
     fn push_row(&mut self, row: crate::storage::Row) -> u32 {
         self.rows.push(row);
         (self.rows.len() - 1) as u32
-    }
-}
-
-trait TerminationExt {
-    fn is_error(&self) -> bool;
-}
-
-impl TerminationExt for Termination {
-    fn is_error(&self) -> bool {
-        !matches!(
-            self,
-            Termination::Completed | Termination::RequiredCheckFailed
-        )
     }
 }
 
@@ -361,7 +373,8 @@ async fn drive(
         })?),
     };
     let mut stream: Option<InlineStream> = None;
-    let mut transcript: Vec<TurnCalls> = Vec::new();
+    let whitelist = task.tool_names();
+    let done = |run: &Run, termination| Ok((transcript(&run.history, &whitelist), termination));
     for (t, user_messages) in task.user_turns.iter().enumerate().take(turns) {
         if let ObservationSource::Real(env) = &agents.observations {
             let _ = env.get().cast(EnvMsg::BeginTurn(episode, t));
@@ -390,10 +403,9 @@ async fn drive(
                 Some(s) => s.push_user(kit, user_messages).map_err(inline)?,
             }
         }
-        transcript.push(TurnCalls::default());
         loop {
             if run.calls >= cfg.max_generation_calls {
-                return Ok((transcript, Termination::MaxGenerationCalls));
+                return done(run, Termination::MaxGenerationCalls);
             }
             let clock = Instant::now();
             let request = ActRequest {
@@ -414,7 +426,7 @@ async fn drive(
             run.calls += 1;
             let (row, text, parsed) = match act {
                 ActTurn::LengthExceeded { .. } => {
-                    return Ok((transcript, Termination::LengthExceeded));
+                    return done(run, Termination::LengthExceeded);
                 }
                 ActTurn::Generated { row, text, parsed } => (row, text, parsed),
             };
@@ -430,12 +442,10 @@ async fn drive(
                 Err(e) => {
                     run.history
                         .push(message(MessageRole::Tool, e.to_tool_message(), None));
-                    return Ok((transcript, Termination::ActParseError));
+                    return done(run, Termination::ActParseError);
                 }
             };
-            let current = transcript.last_mut().expect("a turn was pushed above");
             if output.is_final_answer() {
-                current.final_answer = true;
                 break;
             }
             // Every call of the turn sees the same history; results are appended afterwards.
@@ -451,13 +461,9 @@ async fn drive(
                 .await?
                 {
                     Ok(result) => results.push((call.name.clone(), result)),
-                    Err(termination) => {
-                        current.calls.extend(output.calls.iter().cloned());
-                        return Ok((transcript, termination));
-                    }
+                    Err(termination) => return done(run, termination),
                 }
             }
-            current.calls.extend(output.calls.iter().cloned());
             for (name, result) in results {
                 if let (Some(kit), Some(s)) = (&kit, &mut stream) {
                     // A rehearsed result joins the stream as the exact sampled ids; a real one
@@ -476,11 +482,10 @@ async fn drive(
         }
         let clock = Instant::now();
         let judge_task = Arc::new(task.judge.clone());
+        let so_far = transcript(&run.history, &whitelist);
         let verdict = agents
             .judge
-            .ask("judge", |r| {
-                JudgeMsg::Judge(judge_task, transcript.clone(), r)
-            })
+            .ask("judge", |r| JudgeMsg::Judge(judge_task, so_far, r))
             .await?;
         run.timings.judge_s += clock.elapsed().as_secs_f64();
         let passed = verdict
@@ -488,10 +493,10 @@ async fn drive(
             .get(t)
             .is_some_and(|s| s.passed_required);
         if !passed {
-            return Ok((transcript, Termination::RequiredCheckFailed));
+            return done(run, Termination::RequiredCheckFailed);
         }
     }
-    Ok((transcript, Termination::Completed))
+    done(run, Termination::Completed)
 }
 
 /// Executes one call: `Ok(Ok((result text, rehearse row index)))`, or `Ok(Err(termination))`

@@ -79,11 +79,21 @@ impl JudgeTask {
 /// What the agent did in one user turn.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct TurnCalls {
-    /// Every tool call of the turn, in the order the agent made them.
+    /// Every tool call of the turn that was executed (rehearsed or real), in the order the
+    /// agent made them.
     pub calls: Vec<ToolCall>,
     /// True when the turn ended with a final answer; false when the episode stopped inside
     /// the turn (a parse error, a simulator error, a cap), which scores the turn 0.
     pub final_answer: bool,
+    /// Complete, valid calls written before a malformed block: never executed (the parse
+    /// error ended the episode), so judges that replay calls must ignore them; a dense judge
+    /// credits them.
+    #[serde(default)]
+    pub unexecuted_calls: Vec<ToolCall>,
+    /// True when an Act output of the turn broke the protocol (an unclosed or invalid block,
+    /// an unknown tool).
+    #[serde(default)]
+    pub malformed: bool,
 }
 
 impl TurnCalls {
@@ -92,7 +102,13 @@ impl TurnCalls {
         Self {
             calls,
             final_answer: true,
+            ..Self::default()
         }
+    }
+
+    /// Every call the agent wrote in the turn: the executed ones, then the unexecuted ones.
+    pub fn all_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.calls.iter().chain(&self.unexecuted_calls)
     }
 }
 

@@ -4,8 +4,8 @@
 //!
 //! * [`episode_task`] turns a [`BfclTask`] into an [`EpisodeTask`] (tools, user turns, the
 //!   rule checklist, the environment's task), and [`BfclSuite::load_base`] does so for the
-//!   installed `multi_turn_base` category with its fixed split (ids 0–149 train, 150–199 test,
-//!   see [`super::tasks`]).
+//!   installed `multi_turn_base` category with its fixed split (150 train, 50 test scenarios,
+//!   stratified by class, see [`super::split`]).
 //! * [`collect_seed`] replays a task's ground truth in a real [`Environment`] and records the
 //!   conversation with the real results as a [`SeedTrajectory`] (DESIGN.md §1: the real
 //!   environment is used once, before training, to ground the Rehearse role). Every executed
@@ -41,7 +41,8 @@ use super::executor::Executor;
 use super::judge::{checklist_from_task, JudgeError};
 use super::parse::ParseError;
 use super::schema::FuncDocs;
-use super::tasks::{load_installed, split_base, BfclTask, Category};
+use super::split::{ScenarioSplit, SplitError};
+use super::tasks::{load_installed, BfclTask, Category};
 
 /// The final answer a seed trajectory gives after each user turn's calls (the ground truth has
 /// calls only; the reference conversation still needs the agent to close every turn so the
@@ -57,6 +58,9 @@ pub enum EpisodeError {
     /// The task's checklist could not be built.
     #[error(transparent)]
     Judge(#[from] JudgeError),
+    /// The train/test split could not be drawn.
+    #[error(transparent)]
+    Split(#[from] SplitError),
     /// The task cannot be an episode task (yet).
     #[error("task {task} is unsupported in episodes yet: {reason}")]
     Unsupported { task: String, reason: String },
@@ -138,10 +142,12 @@ pub fn episode_task(
 /// The `multi_turn_base` category as episodes, with its fixed split.
 #[derive(Clone)]
 pub struct BfclSuite {
-    /// `multi_turn_base_0` … `_149`, by numeric id.
+    /// The 150 training scenarios ([`ScenarioSplit`]), by numeric id.
     pub train: Vec<EpisodeTask>,
-    /// `multi_turn_base_150` … `_199`, by numeric id.
+    /// The 50 test scenarios, by numeric id.
     pub test: Vec<EpisodeTask>,
+    /// The split itself (scenario indices per side and per stratum).
+    pub split: ScenarioSplit,
     /// Every task of the suite by id, with its ground truth (what [`collect_seed`] and
     /// [`BfclCheckerJudge`] need).
     pub tasks: Arc<HashMap<String, BfclTask>>,
@@ -151,13 +157,18 @@ pub struct BfclSuite {
 
 impl BfclSuite {
     /// Loads the installed `multi_turn_base` tasks and function docs and splits them
-    /// ([`split_base`]: the first 150 ids train, the rest test).
+    /// ([`ScenarioSplit`]: 150 train and 50 test scenarios, stratified by class).
     ///
     /// # Errors
-    /// As [`load_installed`], [`FuncDocs::load_installed`] and [`episode_task`].
+    /// As [`load_installed`], [`FuncDocs::load_installed`], [`ScenarioSplit::from_base`] and
+    /// [`episode_task`].
     pub fn load_base() -> Result<Self, EpisodeError> {
         let docs = Arc::new(FuncDocs::load_installed()?);
-        let (train_tasks, test_tasks) = split_base(load_installed(Category::Base)?);
+        let mut base = load_installed(Category::Base)?;
+        base.sort_by_key(|t| (t.index().unwrap_or(usize::MAX), t.id.clone()));
+        let split = ScenarioSplit::from_base(&base)?;
+        let (train_tasks, test_tasks): (Vec<BfclTask>, Vec<BfclTask>) =
+            base.into_iter().partition(|t| split.of(t) == Split::Train);
         let convert = |tasks: &[BfclTask], split: Split| {
             tasks
                 .iter()
@@ -174,6 +185,7 @@ impl BfclSuite {
         Ok(Self {
             train,
             test,
+            split,
             tasks: Arc::new(tasks),
             docs,
         })
@@ -512,9 +524,15 @@ mod tests {
         assert_eq!(suite.train.len(), 150);
         assert_eq!(suite.test.len(), 50);
         assert_eq!(suite.tasks.len(), 200);
+        // The stratified split, each side in id order.
         assert_eq!(suite.train[0].id.0, "multi_turn_base_0");
-        assert_eq!(suite.train[149].id.0, "multi_turn_base_149");
-        assert_eq!(suite.test[0].id.0, "multi_turn_base_150");
+        assert_eq!(suite.train[149].id.0, "multi_turn_base_199");
+        assert_eq!(suite.test[0].id.0, "multi_turn_base_5");
+        assert_eq!(suite.test[49].id.0, "multi_turn_base_197");
+        assert!(suite
+            .test
+            .iter()
+            .all(|t| suite.split.of(&suite.tasks[&t.id.0]) == Split::Test));
         for (tasks, split) in [(&suite.train, Split::Train), (&suite.test, Split::Test)] {
             for ep in tasks {
                 let bfcl = &suite.tasks[&ep.id.0];

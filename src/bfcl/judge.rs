@@ -131,27 +131,40 @@ pub struct RuleChecklistJudge;
 
 impl Judge for RuleChecklistJudge {
     fn judge(&self, task: &JudgeTask, transcript: &[TurnCalls]) -> Verdict {
-        let mut scores = Vec::with_capacity(task.num_turns());
-        let mut stopped: Option<&str> = None;
-        for (turn, items) in task.checklist.iter().enumerate() {
-            let score = match (stopped, transcript.get(turn)) {
-                (Some(why), _) => not_reached(why),
-                (None, None) => {
-                    stopped = Some("the trajectory ended before this turn");
-                    not_reached("the trajectory ended before this turn")
-                }
-                (None, Some(played)) => {
-                    let score = score_turn(task, items, played);
-                    if !score.passed_required {
-                        stopped = Some("a required item of an earlier turn failed");
-                    }
-                    score
-                }
-            };
-            scores.push(score);
-        }
-        Verdict::from_turn_scores(scores)
+        judge_turns(task, transcript, |items, played| {
+            score_turn(task, items, played)
+        })
     }
+}
+
+/// Scores each user turn of `task` with `score(items, played)` while the trajectory reaches
+/// it: a turn the transcript does not have, and every turn after one whose required item
+/// failed, is "not reached" with score 0. Shared by the checklist judges.
+pub(crate) fn judge_turns(
+    task: &JudgeTask,
+    transcript: &[TurnCalls],
+    mut score: impl FnMut(&[ChecklistItem], &TurnCalls) -> TurnScore,
+) -> Verdict {
+    let mut scores = Vec::with_capacity(task.num_turns());
+    let mut stopped: Option<&str> = None;
+    for (turn, items) in task.checklist.iter().enumerate() {
+        let s = match (stopped, transcript.get(turn)) {
+            (Some(why), _) => not_reached(why),
+            (None, None) => {
+                stopped = Some("the trajectory ended before this turn");
+                not_reached("the trajectory ended before this turn")
+            }
+            (None, Some(played)) => {
+                let s = score(items, played);
+                if !s.passed_required {
+                    stopped = Some("a required item of an earlier turn failed");
+                }
+                s
+            }
+        };
+        scores.push(s);
+    }
+    Verdict::from_turn_scores(scores)
 }
 
 fn not_reached(why: &str) -> TurnScore {
@@ -162,8 +175,13 @@ fn not_reached(why: &str) -> TurnScore {
     }
 }
 
-/// Scores one played turn against its checklist.
-fn score_turn(task: &JudgeTask, items: &[ChecklistItem], played: &TurnCalls) -> TurnScore {
+/// Scores one played turn against its checklist (the rule judge's turn score; its
+/// `passed_required` is the gate of every checklist judge).
+pub(crate) fn score_turn(
+    task: &JudgeTask,
+    items: &[ChecklistItem],
+    played: &TurnCalls,
+) -> TurnScore {
     if !played.final_answer {
         return TurnScore {
             score: 0.0,
@@ -234,14 +252,14 @@ fn score_turn(task: &JudgeTask, items: &[ChecklistItem], played: &TurnCalls) -> 
 }
 
 /// The same keys with [`json_eq`] values.
-fn arguments_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+pub(crate) fn arguments_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     a.len() == b.len()
         && a.iter()
             .all(|(k, v)| b.get(k).is_some_and(|w| json_eq(v, w)))
 }
 
 /// JSON equality with numbers compared by value (`1 == 1.0`), object keys in any order.
-fn json_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             if let (Some(i), Some(j)) = (x.as_i64(), y.as_i64()) {

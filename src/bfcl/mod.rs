@@ -5,10 +5,12 @@
 //! strings and JSON calls, never evaluated), [`signature`] (argument binding with CPython's
 //! messages), [`pyrandom`] (CPython's Mersenne Twister), [`ops`] (Python operators with their
 //! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics),
-//! [`tasks`] (the four categories with ground truth, and the train/test split), [`schema`]
+//! [`tasks`] (the four categories with ground truth), [`split`] (the stratified train/test
+//! split), [`schema`]
 //! (OpenAI tool schemas per task and turn), [`env`](mod@env) (the [`Environment`] implementation),
 //! [`checker`] (BFCL's multi-turn verdicts), [`judge`] (the rule-based checklist judge that
-//! scores calls against the ground truth without executing them), [`conform`] (comparison
+//! scores calls against the ground truth without executing them), [`dense`] (the same
+//! checklists with partial credit, the training judge of the presets), [`conform`] (comparison
 //! with the reference traces).
 //!
 //! [`Environment`]: envace_actors::environment::Environment
@@ -23,6 +25,7 @@
 pub mod checker;
 pub mod classes;
 pub mod conform;
+pub mod dense;
 pub mod env;
 pub mod episode;
 pub mod error;
@@ -34,6 +37,7 @@ pub mod parse;
 pub mod pyrandom;
 pub mod schema;
 pub mod signature;
+pub mod split;
 pub mod tasks;
 pub mod value;
 

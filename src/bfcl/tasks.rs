@@ -12,13 +12,8 @@
 //!
 //! # Split
 //!
-//! `multi_turn_base` is split by task id: the ids are sorted by their numeric suffix
-//! (`multi_turn_base_7` → 7) and the first [`TRAIN_SIZE`] = 150 are the training set, the rest
-//! (50 with the shipped data: `multi_turn_base_150` … `multi_turn_base_199`) the test set.
-//! `miss_param`, `miss_func` and `long_context` are further test sets, used whole. They share
-//! their scenarios with `base` (task `multi_turn_miss_param_7` is `multi_turn_base_7` with a
-//! parameter withheld), so a held-out evaluation should prefer ids ≥ 150 there too;
-//! [`BfclTask::index`] gives the suffix for that.
+//! The train/test split is stratified by the classes a scenario involves and follows the
+//! scenario index across the four categories: see [`super::split`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -30,9 +25,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::BfclError;
-
-/// Number of `multi_turn_base` tasks (lowest numeric ids) in the training split.
-pub const TRAIN_SIZE: usize = 150;
 
 /// The user message BFCL's function-calling handlers send at a miss-func turn, whose question
 /// is empty (`DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC`).
@@ -109,15 +101,6 @@ impl FromStr for Category {
             .find(|c| c.name() == short)
             .ok_or_else(|| BfclError::UnknownCategory(s.to_string()))
     }
-}
-
-/// Which split a task belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Split {
-    /// The first [`TRAIN_SIZE`] `multi_turn_base` tasks by numeric id.
-    Train,
-    /// The remaining `multi_turn_base` tasks and every task of the other categories.
-    Test,
 }
 
 /// One message of a user turn, as in the question file.
@@ -382,35 +365,6 @@ pub fn load_installed(category: Category) -> Result<Vec<BfclTask>, BfclError> {
     load_category(&data_dir(), category)
 }
 
-/// The split a task belongs to, given the ids of all `multi_turn_base` tasks (see the module
-/// doc: the first [`TRAIN_SIZE`] by numeric suffix are training tasks).
-pub fn split_of(task: &BfclTask, base_ids: &[&str]) -> Split {
-    if task.category != Category::Base {
-        return Split::Test;
-    }
-    let mut sorted: Vec<(usize, &str)> = base_ids
-        .iter()
-        .map(|id| (id_index(id).unwrap_or(usize::MAX), *id))
-        .collect();
-    sorted.sort_unstable();
-    match sorted.iter().position(|(_, id)| *id == task.id) {
-        Some(rank) if rank < TRAIN_SIZE => Split::Train,
-        _ => Split::Test,
-    }
-}
-
-/// Splits the `multi_turn_base` tasks into (train, test) as the module doc describes; each
-/// part is sorted by numeric id. Tasks of other categories go to test.
-pub fn split_base(tasks: Vec<BfclTask>) -> (Vec<BfclTask>, Vec<BfclTask>) {
-    let (mut base, mut test): (Vec<_>, Vec<_>) = tasks
-        .into_iter()
-        .partition(|t| t.category == Category::Base);
-    base.sort_by_key(|t| (t.index().unwrap_or(usize::MAX), t.id.clone()));
-    let rest = base.split_off(TRAIN_SIZE.min(base.len()));
-    test.splice(0..0, rest);
-    (base, test)
-}
-
 fn data_error(path: &Path, line: usize, reason: impl Into<String>) -> BfclError {
     BfclError::Data {
         path: path.to_path_buf(),
@@ -527,24 +481,6 @@ mod tests {
         // The spec round-trips through the environment task.
         let spec: TaskSpec = serde_json::from_value(t0.to_env_task().spec).unwrap();
         assert_eq!(spec, t0.spec());
-    }
-
-    #[test]
-    fn base_split_is_150_lowest_ids_then_50() {
-        let base = load_installed(Category::Base).unwrap();
-        let ids: Vec<&str> = base.iter().map(|t| t.id.as_str()).collect();
-        let by_id: HashMap<&str, Split> = base
-            .iter()
-            .map(|t| (t.id.as_str(), split_of(t, &ids)))
-            .collect();
-        let (train, test) = split_base(base.clone());
-        assert_eq!((train.len(), test.len()), (150, 50));
-        assert_eq!(train[0].id, "multi_turn_base_0");
-        assert_eq!(train[149].id, "multi_turn_base_149");
-        assert_eq!(test[0].id, "multi_turn_base_150");
-        assert_eq!(test[49].id, "multi_turn_base_199");
-        assert!(train.iter().all(|t| by_id[t.id.as_str()] == Split::Train));
-        assert!(test.iter().all(|t| by_id[t.id.as_str()] == Split::Test));
     }
 
     #[test]

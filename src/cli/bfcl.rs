@@ -6,6 +6,8 @@
 //! * `conform --traces FILE`: runs every call of a reference trace file (ground truth and
 //!   probes) and compares results and per-turn states; prints `calls: A/B match, states: C/D
 //!   match` and the first mismatches in full. Exit 1 on any mismatch.
+//! * `split [--json]`: the stratified train/test split of the scenarios (per stratum and per
+//!   class, train and test counts, and the test ids).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use envace::bfcl::checker::replay_ground_truth;
 use envace::bfcl::conform::{conform_lines, is_ported, owners, read_trace_file};
 use envace::bfcl::env::BfclEnv;
 use envace::bfcl::schema::FuncDocs;
+use envace::bfcl::split::ScenarioSplit;
 use envace::bfcl::tasks::{data_dir, load_category, Category};
 
 #[derive(Debug, Subcommand)]
@@ -25,6 +28,18 @@ pub enum BfclCommand {
     Replay(ReplayArgs),
     /// Compare the environment with a reference trace file (results, probes, states).
     Conform(ConformArgs),
+    /// The stratified train/test split of the scenarios, with per-class counts.
+    Split(SplitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SplitArgs {
+    /// One JSON object (strata, classes, train and test indices) instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// BFCL data folder (default: the installed `assets/bfcl_eval/data`).
+    #[arg(long)]
+    data: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -56,6 +71,7 @@ pub fn run(cmd: BfclCommand) -> Result<()> {
     match cmd {
         BfclCommand::Replay(args) => replay(args),
         BfclCommand::Conform(args) => conform(args),
+        BfclCommand::Split(args) => split(args),
     }
 }
 
@@ -188,5 +204,43 @@ fn conform(args: ConformArgs) -> Result<()> {
             args.traces.display()
         );
     }
+    Ok(())
+}
+
+fn split(args: SplitArgs) -> Result<()> {
+    let data = args.data.unwrap_or_else(data_dir);
+    let base = load_category(&data, Category::Base).context("loading category base")?;
+    let split = ScenarioSplit::from_base(&base)?;
+    if args.json {
+        let classes: BTreeMap<String, serde_json::Value> = split
+            .class_counts()
+            .into_iter()
+            .map(|(c, (train, test))| (c, serde_json::json!({"train": train, "test": test})))
+            .collect();
+        let out = serde_json::json!({
+            "train": split.train,
+            "test": split.test,
+            "classes": classes,
+            "strata": split.strata,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "multi_turn_base: {} train, {} test scenarios (the same indices in miss_param, \
+         miss_func and long_context)\n",
+        split.train.len(),
+        split.test.len()
+    );
+    println!("| stratum (involved classes) | train | test |\n| --- | ---: | ---: |");
+    for (key, s) in &split.strata {
+        println!("| {key} | {} | {} |", s.train.len(), s.test.len());
+    }
+    println!("\n| class | train scenarios | test scenarios |\n| --- | ---: | ---: |");
+    for (class, (train, test)) in split.class_counts() {
+        println!("| {class} | {train} | {test} |");
+    }
+    let ids: Vec<String> = split.test.iter().map(usize::to_string).collect();
+    println!("\ntest scenario indices: {}", ids.join(" "));
     Ok(())
 }

@@ -28,6 +28,7 @@ use crate::actors::slot::Slot;
 use crate::actors::topology::Topology;
 use crate::actors::worker::WorkerHandle;
 use crate::actors::{Environment, Judge, Split};
+use crate::bfcl::dense::DenseChecklistJudge;
 use crate::bfcl::env::BfclEnv;
 use crate::bfcl::episode::BfclSuite;
 use crate::bfcl::judge::RuleChecklistJudge;
@@ -94,6 +95,7 @@ impl Pipeline {
         let judge: Arc<dyn Judge> = match cfg.judge {
             JudgeKind::RuleChecklist => Arc::new(RuleChecklistJudge),
             JudgeKind::BfclChecker => Arc::new(suite.checker_judge(Default::default())),
+            JudgeKind::DenseChecklist => Arc::new(DenseChecklistJudge),
         };
         let docs = suite.docs.clone();
         let factory: EnvFactory =

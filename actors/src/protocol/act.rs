@@ -140,13 +140,17 @@ impl std::fmt::Display for ActErrorCode {
 
 /// An Act output that breaks the protocol. The reference turns it into a tool message
 /// ([`ActParseError::to_tool_message`]), ends the episode and scores the turn 0.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ActParseError {
     /// The category.
     pub code: ActErrorCode,
     /// What was wrong, naming the block (1-based) and the offending value.
     pub message: String,
+    /// The complete, valid calls written before the offending block, in order. They are never
+    /// executed (the episode ends), but a dense judge credits them (the transcript records
+    /// them as [`crate::TurnCalls::unexecuted_calls`]).
+    pub calls_before: Vec<ToolCall>,
 }
 
 impl ActParseError {
@@ -154,7 +158,13 @@ impl ActParseError {
         Self {
             code,
             message: message.into(),
+            calls_before: Vec::new(),
         }
+    }
+
+    fn after(mut self, calls: Vec<ToolCall>) -> Self {
+        self.calls_before = calls;
+        self
     }
 
     /// The tool message the agent sees: `{"error_tool_call": {"code": "…", "message": "…"}}`.
@@ -180,10 +190,20 @@ impl ActParseError {
 /// `<think>` or `<tool_call>`, a nested `<tool_call>` or a stray `</tool_call>`;
 /// [`ActErrorCode::InvalidJson`], [`ActErrorCode::MissingName`],
 /// [`ActErrorCode::MissingArguments`], [`ActErrorCode::InvalidArguments`] for a bad block body;
-/// [`ActErrorCode::UnknownTool`] for a name outside `whitelist`.
+/// [`ActErrorCode::UnknownTool`] for a name outside `whitelist`. The error carries the valid
+/// calls before the offending block ([`ActParseError::calls_before`]).
 pub fn parse_act(text: &str, whitelist: &[&str]) -> Result<ActOutput, ActParseError> {
-    let rest = strip_think(text)?;
     let mut calls = Vec::new();
+    parse_blocks(text, whitelist, &mut calls).map_err(|e| e.after(calls))
+}
+
+/// [`parse_act`]'s loop; `calls` holds the blocks parsed so far when it fails.
+fn parse_blocks(
+    text: &str,
+    whitelist: &[&str],
+    calls: &mut Vec<ToolCall>,
+) -> Result<ActOutput, ActParseError> {
+    let rest = strip_think(text)?;
     let mut content = String::new();
     let mut rest = rest;
     loop {
@@ -223,7 +243,7 @@ pub fn parse_act(text: &str, whitelist: &[&str]) -> Result<ActOutput, ActParseEr
         }
     }
     Ok(ActOutput {
-        calls,
+        calls: std::mem::take(calls),
         content: content.trim().to_string(),
     })
 }
@@ -508,6 +528,25 @@ mod tests {
             serde_json::to_value(UnknownTool).expect("ser"),
             json!("UNKNOWN_TOOL")
         );
+    }
+
+    #[test]
+    fn complete_calls_before_a_malformed_block_are_kept_in_the_error() {
+        // The warm-up model's typical turn: two closed blocks, then one cut by the budget.
+        let text = "<tool_call>\n{\"name\": \"cd\", \"arguments\": {\"folder\": \"a\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"sort\", \"argu";
+        let err = parse_act(text, TOOLS).expect_err("unclosed");
+        assert_eq!(err.code, ActErrorCode::MalformedToolCall);
+        assert_eq!(
+            err.calls_before,
+            vec![
+                ToolCall::new("cd", args(json!({"folder": "a"}))),
+                ToolCall::new("ls", args(json!({}))),
+            ]
+        );
+        // An error in the first block has none; the tool message does not carry them.
+        let err = parse_act("<tool_call>{oops}</tool_call>", TOOLS).expect_err("json");
+        assert!(err.calls_before.is_empty());
+        assert!(!err.to_tool_message().contains("calls_before"));
     }
 
     #[test]
