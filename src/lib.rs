@@ -32,4 +32,5 @@ pub mod pipeline;
 pub mod plot;
 pub mod report;
 pub mod runtime;
+pub mod stats;
 pub mod telemetry;
