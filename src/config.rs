@@ -89,18 +89,18 @@ pub struct CollectConfig {
     pub tasks: Option<usize>,
 }
 
-/// Supervised warm-up: Act rows from seed actions, Rehearse rows from seed observations.
+/// Supervised warm-up: Act rows from seed actions, Rehearse rows from seed observations. Every
+/// row of every seed used is trained (see `pipeline::sft`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SftConfig {
-    /// Optimizer steps.
-    pub steps: u64,
-    /// Rows per step (sampled without replacement, seeded).
-    pub rows_per_step: usize,
-    /// Rows longer than this (prompt + completion tokens) are left out. In inline mode the
-    /// bound is the model's context instead: an inline row carries the stream before it, and
-    /// a seed's rows are trained together, packed.
-    pub max_row_tokens: usize,
+    /// Passes over the rows.
+    pub epochs: u32,
+    /// How many train seeds to use (`None`: all), taken stratified over the split's strata.
+    pub seeds: Option<usize>,
+    /// Whole seeds per optimizer step (all their rows, kept together).
+    pub seeds_per_step: usize,
+    /// Seed of the per-epoch shuffle of the seeds.
     pub seed: u64,
     pub learner: LearnerConfig,
 }
@@ -108,9 +108,9 @@ pub struct SftConfig {
 impl Default for SftConfig {
     fn default() -> Self {
         Self {
-            steps: 50,
-            rows_per_step: 16,
-            max_row_tokens: 2048,
+            epochs: 1,
+            seeds: None,
+            seeds_per_step: 4,
             seed: 0,
             learner: LearnerConfig {
                 lr: 1e-5,
@@ -124,11 +124,25 @@ impl Default for SftConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
-    /// Optimizer steps (one per batch of `tasks_per_step` tasks).
+    /// Optimizer steps (one per batch of `tasks_per_step` tasks); a step without any group
+    /// whose rewards differ is skipped (reported, no update) but counts.
     pub steps: u64,
+    /// Groups per step (with dynamic sampling: informative groups the step looks for).
     pub tasks_per_step: usize,
     /// Trajectories per task (the GRPO group size K).
     pub k: u32,
+    /// Dynamic sampling (DAPO, Yu et al. 2025, arXiv:2503.14476): a group whose rows all have
+    /// the same reward carries no signal; the step draws further tasks until it has
+    /// `tasks_per_step` informative groups or has drawn `max_tasks_per_step`, and trains on the
+    /// informative groups only. Off: every group drawn is trained (the authors' behaviour).
+    pub dynamic_sampling: bool,
+    /// Most tasks one step draws with dynamic sampling (`None`: 3 × `tasks_per_step`).
+    pub max_tasks_per_step: Option<usize>,
+    /// Evaluate on the first `eval_tasks` tasks of the eval split after every this many steps
+    /// (`None`: only the final evaluation).
+    pub eval_every: Option<u64>,
+    /// Tasks of the periodic evaluation (a fixed subset: the first of the split).
+    pub eval_tasks: usize,
     pub seed: u64,
     pub learner: LearnerConfig,
 }
@@ -139,8 +153,25 @@ impl Default for TrainConfig {
             steps: 470,
             tasks_per_step: 16,
             k: 4,
+            dynamic_sampling: false,
+            max_tasks_per_step: None,
+            eval_every: None,
+            eval_tasks: 10,
             seed: 0,
             learner: LearnerConfig::default(),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The most tasks a step draws.
+    pub fn max_tasks(&self) -> usize {
+        if self.dynamic_sampling {
+            self.max_tasks_per_step
+                .unwrap_or(3 * self.tasks_per_step)
+                .max(self.tasks_per_step)
+        } else {
+            self.tasks_per_step
         }
     }
 }
@@ -157,6 +188,9 @@ pub struct EvalConfig {
     pub top_p: f32,
     pub act_max_new_tokens: usize,
     pub seed: u64,
+    /// Rehearse fidelity: at most this many real calls per evaluated task, in call order
+    /// (`None`: every call of the task's ground-truth replay).
+    pub fidelity_calls_per_task: Option<usize>,
 }
 
 impl Default for EvalConfig {
@@ -168,6 +202,7 @@ impl Default for EvalConfig {
             top_p: 0.95,
             act_max_new_tokens: 512,
             seed: 0,
+            fidelity_calls_per_task: None,
         }
     }
 }
@@ -175,8 +210,24 @@ impl Default for EvalConfig {
 /// A named preset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
+    /// `make demo`: the embedded SmolLM2-135M, about 25 minutes on a 2-core CPU.
     Smollm2,
+    /// The long run (at most 2 hours on a 2-core CPU): the full warm-up (every train seed,
+    /// both roles), training with evaluations of a fixed test subset, the whole test split.
+    Long,
+    /// A tiny random model with SmolLM2's tokenizer, for tests.
     Tiny,
+}
+
+impl Preset {
+    /// The name `--preset` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Smollm2 => "smollm2",
+            Preset::Long => "long",
+            Preset::Tiny => "tiny",
+        }
+    }
 }
 
 impl std::str::FromStr for Preset {
@@ -184,8 +235,9 @@ impl std::str::FromStr for Preset {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "smollm2" => Ok(Preset::Smollm2),
+            "long" => Ok(Preset::Long),
             "tiny" => Ok(Preset::Tiny),
-            other => Err(format!("unknown preset {other:?} (smollm2, tiny)")),
+            other => Err(format!("unknown preset {other:?} (smollm2, long, tiny)")),
         }
     }
 }
@@ -202,38 +254,52 @@ impl RunConfig {
             rehearsal_workers: 4,
             max_restarts: 10,
         };
+        c.judge = JudgeKind::DenseChecklist;
         c.rollout.max_user_turns = Some(1);
-        c.rollout.act_max_new_tokens = 96;
+        c.rollout.act_max_new_tokens = 160;
         c.rollout.rehearse_max_new_tokens = 64;
-        c.eval.act_max_new_tokens = 96;
+        c.eval.act_max_new_tokens = 160;
+        // A seed's rows share their prefixes (the growing conversation, the Rehearse prompt's
+        // tools and facts): one packed forward per seed.
+        c.sft.learner.pack_prefixes = true;
+        c.sft.learner.lr = 1e-4;
+        c.train.dynamic_sampling = true;
         match preset {
             Preset::Smollm2 => {
-                // Rows up to 1024 tokens: the first turns of the train tasks, mostly Act
-                // rows; 1e-4 teaches the Hermes call format within the budget.
-                c.sft.steps = 12;
-                c.sft.rows_per_step = 4;
-                c.sft.max_row_tokens = 1024;
-                c.sft.learner.lr = 1e-4;
-                c.train.steps = 2;
+                c.sft.seeds = Some(20);
+                c.sft.seeds_per_step = 2;
+                c.train.steps = 4;
                 c.train.tasks_per_step = 2;
-                c.train.k = 2;
-                c.train.learner.lr = 1e-6;
-                c.eval.tasks = Some(5);
+                c.train.k = 4;
+                c.train.max_tasks_per_step = Some(4);
+                c.train.learner.lr = 1e-5;
+                c.eval.tasks = Some(30);
+                c.eval.fidelity_calls_per_task = Some(1);
+            }
+            Preset::Long => {
+                c.train.steps = 40;
+                c.train.tasks_per_step = 4;
+                c.train.k = 4;
+                c.train.max_tasks_per_step = Some(8);
+                c.train.learner.lr = 1e-5;
+                c.train.eval_every = Some(10);
+                c.train.eval_tasks = 20;
+                c.eval.fidelity_calls_per_task = Some(2);
             }
             Preset::Tiny => {
                 c.model.source = "tiny".into();
-                c.sft.steps = 2;
-                c.sft.rows_per_step = 2;
-                c.sft.max_row_tokens = 1024;
-                c.sft.learner.lr = 1e-4;
+                c.sft.seeds = Some(2);
+                c.sft.seeds_per_step = 1;
                 c.train.steps = 2;
                 c.train.tasks_per_step = 2;
                 c.train.k = 2;
+                c.train.max_tasks_per_step = Some(3);
                 c.train.learner.lr = 1e-5;
                 c.rollout.act_max_new_tokens = 24;
                 c.rollout.rehearse_max_new_tokens = 24;
                 c.eval.tasks = Some(2);
                 c.eval.act_max_new_tokens = 24;
+                c.eval.fidelity_calls_per_task = Some(1);
             }
         }
         c.finish()
@@ -306,7 +372,11 @@ impl RunConfig {
         )?;
         positive(self.train.tasks_per_step, "train.tasks_per_step")?;
         positive(self.train.k as usize, "train.k")?;
-        positive(self.sft.rows_per_step, "sft.rows_per_step")?;
+        positive(self.sft.seeds_per_step, "sft.seeds_per_step")?;
+        positive(self.sft.epochs as usize, "sft.epochs")?;
+        if self.sft.seeds == Some(0) {
+            return Err("sft.seeds must be at least 1 (or left out for every seed)".into());
+        }
         positive(
             self.rollout.max_generation_calls,
             "rollout.max_generation_calls",
@@ -376,8 +446,9 @@ impl RunConfig {
             "protocol_mode": self.protocol.mode,
             "tool_rendering": self.protocol.tool_rendering,
             "collect_tasks": self.collect.tasks,
-            "sft_steps": self.sft.steps,
-            "sft_rows_per_step": self.sft.rows_per_step,
+            "sft_seeds": self.sft.seeds,
+            "sft_epochs": self.sft.epochs,
+            "sft_seeds_per_step": self.sft.seeds_per_step,
             "train_steps": self.train.steps,
             "train_tasks_per_step": self.train.tasks_per_step,
             "train_k": self.train.k,

@@ -29,6 +29,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use comfy_table::{presets::ASCII_MARKDOWN, CellAlignment, Table};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::stats::{Interval, PerTask};
+
 /// File name of the report inside a run directory.
 pub const REPORT_FILE: &str = "report.json";
 
@@ -41,7 +43,15 @@ pub const STAGE_TRAIN: &str = "train";
 /// Stage key: evaluation of the variants on the test split.
 pub const STAGE_EVAL: &str = "eval";
 /// Pipeline order of the stage keys; the summary lists stages in this order, others after.
-pub const STAGE_ORDER: [&str; 4] = [STAGE_COLLECT, STAGE_SFT, STAGE_TRAIN, STAGE_EVAL];
+pub const STAGE_ORDER: [&str; 7] = [
+    STAGE_COLLECT,
+    "eval_base",
+    STAGE_SFT,
+    "eval_sft",
+    STAGE_TRAIN,
+    "eval_envace",
+    STAGE_EVAL,
+];
 
 /// Variant key: the base model, untrained.
 pub const VARIANT_BASE: &str = "base";
@@ -91,11 +101,16 @@ pub struct RunReport {
     /// Per-stage totals, keyed by stage ([`STAGE_COLLECT`], [`STAGE_SFT`], [`STAGE_TRAIN`],
     /// [`STAGE_EVAL`]).
     pub stages: BTreeMap<String, StageReport>,
+    /// The supervised warm-up: rows, tokens and loss per role, per step.
+    pub sft: SftReport,
     /// The EnvACE training curve.
     pub train: TrainReport,
     /// Evaluation results per model variant ([`VARIANT_BASE`], [`VARIANT_SFT`],
     /// [`VARIANT_ENVACE`]).
     pub variants: BTreeMap<String, EvalReport>,
+    /// Paired differences between variants on the same tasks ([`COMPARISONS`]), keyed
+    /// `"<b> - <a>"`.
+    pub comparisons: BTreeMap<String, Comparison>,
     /// Final snapshot of the `metrics` crate (see [`crate::telemetry::MetricsHandle::snapshot`]).
     #[serde(deserialize_with = "f64_map_nan_if_null")]
     pub metrics: BTreeMap<String, f64>,
@@ -121,14 +136,94 @@ pub struct StageReport {
     pub items: u64,
 }
 
+/// The supervised warm-up stage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SftReport {
+    /// Train seeds the warm-up used, and how many there were.
+    pub seeds_used: u64,
+    pub seeds_available: u64,
+    /// Passes over the rows.
+    pub epochs: u64,
+    /// Rows and tokens of one epoch per role (`act`, `rehearse`): every row of every seed used.
+    pub per_role: BTreeMap<String, SftRoleRows>,
+    /// One entry per optimizer step.
+    pub steps: Vec<SftStepMetrics>,
+}
+
+/// A role's warm-up rows in one epoch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SftRoleRows {
+    /// Rows trained (each seed's Act turns, or its real calls).
+    pub rows: u64,
+    /// Prompt tokens (conditioning, not trained).
+    pub prompt_tokens: u64,
+    /// Completion tokens (trained).
+    pub completion_tokens: u64,
+    /// Rows longer than the context, cut to fit (their oldest prompt tokens dropped).
+    pub truncated_rows: u64,
+    /// Prompt tokens those cuts dropped.
+    pub truncated_tokens: u64,
+    /// Token-mean NLL of the role's completions in the first and in the last epoch, nats.
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub loss_first_epoch: f64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub loss_last_epoch: f64,
+}
+
+/// One supervised optimizer step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SftStepMetrics {
+    pub step: u64,
+    pub epoch: u64,
+    /// Token-mean NLL of the step's completions, all roles, before the update (nats).
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub loss: f64,
+    /// The same over Act and over Rehearse completions (NaN for a role with no row).
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub loss_act: f64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub loss_rehearse: f64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub grad_norm: f64,
+    pub rows_act: u64,
+    pub rows_rehearse: u64,
+    /// Trained (completion) tokens.
+    pub tokens: u64,
+    /// Tokens through the forward pass (packed).
+    pub forward_tokens: u64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub wall_s: f64,
+}
+
 /// The EnvACE training stage: real-environment cost and per-step metrics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TrainReport {
     /// Calls made to the real environment during training, all steps together.
     pub real_env_calls: u64,
-    /// One entry per optimiser step, in order.
+    /// One entry per optimiser step, in order (skipped steps included).
     pub steps: Vec<StepMetrics>,
+    /// Evaluations of a fixed test subset during training (`train.eval_every`).
+    pub evals: Vec<PeriodicEval>,
+}
+
+/// An evaluation during training.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeriodicEval {
+    /// Training steps done when it ran.
+    pub step: u64,
+    pub policy_version: u64,
+    /// The evaluation's metrics on the subset.
+    pub metrics: EvalMetrics,
+    /// Rehearse fidelity on the subset's real calls (exact values).
+    pub fidelity_equal_values: Interval,
+    pub tasks: u64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub wall_s: f64,
 }
 
 /// Metrics of one optimiser step of role-wise GRPO.
@@ -192,6 +287,21 @@ pub struct StepMetrics {
     /// Wall-clock time of the step (rollout + update), seconds.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub wall_s: f64,
+    /// True when no group of the step had a reward spread: no optimizer step was taken, the
+    /// weights and the policy version did not change.
+    pub skipped: bool,
+    /// Groups (tasks × K trajectories) rolled out for the step, dynamic-sampling draws included.
+    pub groups: u64,
+    /// Of those, groups whose rows all had the same reward (no signal; not trained).
+    pub zero_variance_groups: u64,
+    /// `zero_variance_groups / groups`.
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub zero_variance_fraction: f64,
+    /// Rows with a non-zero advantage, per role.
+    pub informative_rows_act: u64,
+    pub informative_rows_rehearse: u64,
+    /// Dynamic-sampling rounds the step took (1 without redraws).
+    pub draw_rounds: u64,
 }
 
 /// Evaluation of one model variant on one split.
@@ -210,15 +320,175 @@ pub struct EvalReport {
     pub turn_success: f64,
     /// User turns evaluated, all tasks together.
     pub turns: u64,
-    /// Calls made to the real environment.
+    /// Calls made to the real environment: the episodes' and Rehearse fidelity's
+    /// ground-truth replays.
     pub real_env_calls: u64,
-    /// Tokens processed (prompt + completion).
+    /// Tokens processed (prompt + completion), Rehearse fidelity included.
     pub tokens: u64,
+    /// Tokens the episodes generated.
+    pub generated_tokens: u64,
     /// Wall-clock time of the evaluation, seconds.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub wall_s: f64,
+    /// Every metric with its bootstrap 95 % interval over tasks.
+    pub metrics: EvalMetrics,
+    /// The Rehearse role against real results of the same tasks' ground-truth replays.
+    pub fidelity: Option<FidelityReport>,
     /// One entry per task, in evaluation order.
     pub per_task: Vec<TaskResult>,
+}
+
+/// The evaluation metrics, each with its percentile-bootstrap 95 % interval over tasks
+/// ([`crate::stats`]); [`METRICS`] says how each is read off the per-task results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EvalMetrics {
+    pub task_success: Interval,
+    pub turn_success: Interval,
+    /// The dense checklist judge's reward (partial credit).
+    pub checklist_score: Interval,
+    /// Share of Act turns with at least one well-formed tool call.
+    pub well_formed_call_share: Interval,
+    /// Share of Act turns with a malformed block (unclosed, bad JSON, unknown tool).
+    pub malformed_share: Interval,
+    /// Share of the tasks' ground-truth calls matched by a call with the same tool name.
+    pub tool_name_accuracy: Interval,
+    /// Share of the tasks' ground-truth calls matched with exactly the same arguments.
+    pub argument_accuracy: Interval,
+}
+
+/// A per-task ratio metric: name, and its (numerator, denominator) for one task.
+pub type Metric = (&'static str, fn(&TaskResult) -> PerTask);
+
+/// The evaluation metrics in report order, read off [`TaskResult`]s.
+pub const METRICS: [Metric; 7] = [
+    ("task_success", |t| {
+        PerTask::new(f64::from(u8::from(t.success)), 1.0)
+    }),
+    ("turn_success", |t| {
+        PerTask::new(f64::from(t.turns_passed), f64::from(t.turns))
+    }),
+    ("checklist_score", |t| PerTask::new(t.checklist_score, 1.0)),
+    ("well_formed_call_share", |t| {
+        PerTask::new(f64::from(t.well_formed_turns), f64::from(t.act_turns))
+    }),
+    ("malformed_share", |t| {
+        PerTask::new(f64::from(t.malformed_turns), f64::from(t.act_turns))
+    }),
+    ("tool_name_accuracy", |t| {
+        PerTask::new(f64::from(t.name_matches), f64::from(t.expected_calls))
+    }),
+    ("argument_accuracy", |t| {
+        PerTask::new(f64::from(t.exact_matches), f64::from(t.expected_calls))
+    }),
+];
+
+impl EvalMetrics {
+    /// Every metric of `per_task` with its interval (bootstrap seed 0).
+    pub fn from_tasks(per_task: &[TaskResult]) -> Self {
+        let mut m = EvalMetrics::default();
+        for (name, read) in METRICS {
+            let values: Vec<PerTask> = per_task.iter().map(read).collect();
+            *m.get_mut(name) = crate::stats::bootstrap(&values, 0);
+        }
+        m
+    }
+
+    /// The interval of metric `name` (one of [`METRICS`]); NaN for another name.
+    pub fn get(&self, name: &str) -> Interval {
+        match name {
+            "task_success" => self.task_success,
+            "turn_success" => self.turn_success,
+            "checklist_score" => self.checklist_score,
+            "well_formed_call_share" => self.well_formed_call_share,
+            "malformed_share" => self.malformed_share,
+            "tool_name_accuracy" => self.tool_name_accuracy,
+            "argument_accuracy" => self.argument_accuracy,
+            _ => Interval::NAN,
+        }
+    }
+
+    fn get_mut(&mut self, name: &str) -> &mut Interval {
+        match name {
+            "task_success" => &mut self.task_success,
+            "turn_success" => &mut self.turn_success,
+            "checklist_score" => &mut self.checklist_score,
+            "well_formed_call_share" => &mut self.well_formed_call_share,
+            "malformed_share" => &mut self.malformed_share,
+            "tool_name_accuracy" => &mut self.tool_name_accuracy,
+            _ => &mut self.argument_accuracy,
+        }
+    }
+}
+
+/// How well the Rehearse role predicts real results: its outputs for real calls of held-out
+/// ground-truth replays, compared with the real results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FidelityReport {
+    /// Calls predicted, over this many tasks.
+    pub calls: u64,
+    pub tasks: u64,
+    /// The output parses in the protocol's format as a JSON object or array.
+    pub valid_json: Interval,
+    /// …and has the real result's shape: the same keys (objects) or length (arrays).
+    pub same_keys: Interval,
+    /// …and equals the real result (JSON equality).
+    pub equal_values: Interval,
+    /// The same per class of the called function: (calls, valid, same keys, equal values).
+    pub per_class: BTreeMap<String, FidelityCounts>,
+    /// Real environment calls of the ground-truth replays (evaluation only; never trained on).
+    pub real_env_calls: u64,
+    /// Tokens processed (prompt + completion).
+    pub tokens: u64,
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub wall_s: f64,
+    /// Every call: what was predicted and what was real.
+    pub per_call: Vec<FidelityCall>,
+}
+
+/// Counts of one class's calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FidelityCounts {
+    pub calls: u64,
+    pub valid_json: u64,
+    pub same_keys: u64,
+    pub equal_values: u64,
+}
+
+/// One predicted call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FidelityCall {
+    pub task: String,
+    pub tool: String,
+    pub class: String,
+    pub valid_json: bool,
+    pub same_keys: bool,
+    pub equal_values: bool,
+    /// The Rehearse output (first 300 characters) and the real result (the same).
+    pub predicted: String,
+    pub real: String,
+}
+
+/// The paired comparisons the report makes: (a, b) gives `b − a` on their common tasks.
+pub const COMPARISONS: [(&str, &str); 2] =
+    [(VARIANT_BASE, VARIANT_SFT), (VARIANT_SFT, VARIANT_ENVACE)];
+
+/// `b − a` for every metric on the tasks both variants were evaluated on, with its paired
+/// bootstrap interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Comparison {
+    pub a: String,
+    pub b: String,
+    /// Tasks in common (compared task by task).
+    pub tasks: u64,
+    /// Metric name → `b − a` with its interval.
+    pub differences: BTreeMap<String, Interval>,
+    /// `b − a` of the Rehearse role's exact-value fidelity, paired by task.
+    pub fidelity_equal_values: Interval,
 }
 
 /// Outcome of one evaluated task.
@@ -235,9 +505,26 @@ pub struct TaskResult {
     pub turns: u32,
     /// Why the episode ended (e.g. `done`, `max_steps`, `context`).
     pub termination: String,
-    /// Reward of the episode.
+    /// Reward of the episode under the evaluation judge (BFCL's checker).
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub reward: f64,
+    /// The dense checklist judge's reward of the same transcript, in [0, 1].
+    #[serde(deserialize_with = "f64_nan_if_null")]
+    pub checklist_score: f64,
+    /// Act turns (generations) played, those with at least one well-formed tool call, and
+    /// those with a malformed block.
+    pub act_turns: u32,
+    pub well_formed_turns: u32,
+    pub malformed_turns: u32,
+    /// Ground-truth calls of all the task's user turns, those matched one-to-one by a call
+    /// with the same name, and those matched with exactly the same arguments (unreached turns
+    /// count as unmatched).
+    pub expected_calls: u32,
+    pub name_matches: u32,
+    pub exact_matches: u32,
+    /// Rehearse fidelity on this task's real calls: (calls, equal values).
+    pub fidelity_calls: u32,
+    pub fidelity_equal: u32,
 }
 
 /// serde_json writes NaN and ±inf as `null`; read `null` back as NaN so a saved report loads.
@@ -327,24 +614,155 @@ impl RunReport {
         })
     }
 
-    /// A plain-text summary: success per variant, cost per stage, and the real-environment
-    /// calls EnvACE training needed. Missing variants and stages show as `-`.
+    /// Recomputes [`RunReport::comparisons`] from the variants evaluated so far: for each pair
+    /// of [`COMPARISONS`] both evaluated, `b − a` of every metric on their common tasks (by
+    /// task id), paired bootstrap seed 0.
+    pub fn update_comparisons(&mut self) {
+        self.comparisons.clear();
+        for (a, b) in COMPARISONS {
+            let (Some(ea), Some(eb)) = (self.variants.get(a), self.variants.get(b)) else {
+                continue;
+            };
+            let by_id: BTreeMap<&str, &TaskResult> =
+                eb.per_task.iter().map(|t| (t.task.as_str(), t)).collect();
+            let pairs: Vec<(&TaskResult, &TaskResult)> = ea
+                .per_task
+                .iter()
+                .filter_map(|t| by_id.get(t.task.as_str()).map(|u| (t, *u)))
+                .collect();
+            let sides = |read: fn(&TaskResult) -> PerTask| {
+                let a: Vec<PerTask> = pairs.iter().map(|p| read(p.0)).collect();
+                let b: Vec<PerTask> = pairs.iter().map(|p| read(p.1)).collect();
+                (a, b)
+            };
+            let mut c = Comparison {
+                a: a.into(),
+                b: b.into(),
+                tasks: pairs.len() as u64,
+                ..Comparison::default()
+            };
+            for (name, read) in METRICS {
+                let (va, vb) = sides(read);
+                c.differences
+                    .insert(name.into(), crate::stats::paired_difference(&va, &vb, 0));
+            }
+            if ea.fidelity.is_some() && eb.fidelity.is_some() {
+                let (va, vb) = sides(|t| {
+                    PerTask::new(f64::from(t.fidelity_equal), f64::from(t.fidelity_calls))
+                });
+                c.fidelity_equal_values = crate::stats::paired_difference(&va, &vb, 0);
+            }
+            self.comparisons.insert(format!("{b} - {a}"), c);
+        }
+    }
+
+    /// A plain-text summary: every metric per variant with its 95 % interval, the paired
+    /// differences, the warm-up and training in brief, cost per stage, and the
+    /// real-environment calls EnvACE training needed. Missing variants and stages show as `-`.
     pub fn summary_table(&self) -> String {
-        let mut variants = new_table(["model", "test task success", "turn success", "tasks"]);
+        let mut variants = new_table([
+            "model",
+            "tasks",
+            "task success %",
+            "turn success %",
+            "checklist score %",
+            "turns with a well-formed call %",
+            "turns with a malformed block %",
+            "tool-name acc %",
+            "argument acc %",
+            "rehearse fidelity (exact) %",
+        ]);
         for (key, label) in [
             (VARIANT_BASE, "base"),
             (VARIANT_SFT, "after warm-up (sft)"),
             (VARIANT_ENVACE, "after EnvACE training (envace)"),
         ] {
-            match self.variants.get(key) {
-                Some(e) => variants.add_row(vec![
-                    label.to_string(),
-                    percent(e.task_success),
-                    percent(e.turn_success),
-                    e.tasks.to_string(),
-                ]),
-                None => variants.add_row(vec![label, "-", "-", "-"]),
+            let Some(e) = self.variants.get(key) else {
+                let mut row = vec![label.to_string()];
+                row.extend(std::iter::repeat_n("-".to_string(), 9));
+                variants.add_row(row);
+                continue;
             };
+            let mut row = vec![label.to_string(), e.tasks.to_string()];
+            row.extend(
+                METRICS
+                    .iter()
+                    .map(|(name, _)| e.metrics.get(name).display(true)),
+            );
+            row.push(
+                e.fidelity
+                    .as_ref()
+                    .map_or("-".into(), |f| f.equal_values.display(true)),
+            );
+            variants.add_row(row);
+        }
+
+        let mut out = format!(
+            "Evaluation on the {} split, each metric with its bootstrap 95 % interval over \
+             tasks:\n\n{variants}\n",
+            self.variants
+                .values()
+                .next()
+                .map_or("test", |e| e.split.as_str())
+        );
+        if !self.comparisons.is_empty() {
+            let mut header = vec!["paired difference (percentage points)".to_string()];
+            let keys: Vec<&String> = COMPARISONS
+                .iter()
+                .filter_map(|(a, b)| self.comparisons.get_key_value(&format!("{b} - {a}")))
+                .map(|(k, _)| k)
+                .collect();
+            header.extend(keys.iter().map(|k| {
+                let c = &self.comparisons[*k];
+                format!("{} ({} tasks)", k, c.tasks)
+            }));
+            let mut diffs = Table::new();
+            diffs.load_preset(ASCII_MARKDOWN).set_header(header);
+            for (name, _) in METRICS {
+                let mut row = vec![name.to_string()];
+                for k in &keys {
+                    row.push(mark(self.comparisons[*k].differences.get(name).copied()));
+                }
+                diffs.add_row(row);
+            }
+            let mut row = vec!["rehearse fidelity (exact)".to_string()];
+            for k in &keys {
+                row.push(mark(Some(self.comparisons[*k].fidelity_equal_values)));
+            }
+            diffs.add_row(row);
+            out.push_str(&format!("\n{diffs}\n(* : the 95 % interval excludes 0)\n"));
+        }
+        if !self.sft.per_role.is_empty() {
+            let mut sft = new_table([
+                "warm-up role",
+                "rows",
+                "prompt tokens",
+                "completion tokens",
+                "truncated rows",
+                "loss first epoch",
+                "loss last epoch",
+            ]);
+            for (role, r) in &self.sft.per_role {
+                sft.add_row(vec![
+                    role.clone(),
+                    r.rows.to_string(),
+                    r.prompt_tokens.to_string(),
+                    r.completion_tokens.to_string(),
+                    r.truncated_rows.to_string(),
+                    format!("{:.3}", r.loss_first_epoch),
+                    format!("{:.3}", r.loss_last_epoch),
+                ]);
+            }
+            out.push_str(&format!(
+                "\nWarm-up: {} of {} train seeds, {} epoch(s), {} steps\n\n{sft}\n",
+                self.sft.seeds_used,
+                self.sft.seeds_available,
+                self.sft.epochs,
+                self.sft.steps.len()
+            ));
+        }
+        if !self.train.steps.is_empty() {
+            out.push_str(&format!("\n{}\n", self.train.summary()));
         }
 
         let mut stages = new_table(["stage", "wall s", "tokens", "real env calls"]);
@@ -366,11 +784,65 @@ impl RunReport {
                 s.real_env_calls.to_string(),
             ]);
         }
-
-        format!(
-            "{variants}\n\n{stages}\n\nreal env calls during training: {}\n",
+        out.push_str(&format!(
+            "\n{stages}\n\nreal env calls during training: {}\n",
             self.train.real_env_calls
+        ));
+        out
+    }
+}
+
+impl TrainReport {
+    /// One paragraph on the training steps: how many changed the weights, informative groups,
+    /// grad norms, rewards per role first and last.
+    pub fn summary(&self) -> String {
+        let n = self.steps.len();
+        let skipped = self.steps.iter().filter(|s| s.skipped).count();
+        let groups: u64 = self.steps.iter().map(|s| s.groups).sum();
+        let zero: u64 = self.steps.iter().map(|s| s.zero_variance_groups).sum();
+        let trained: Vec<&StepMetrics> = self.steps.iter().filter(|s| !s.skipped).collect();
+        let min_grad = trained
+            .iter()
+            .map(|s| s.grad_norm)
+            .fold(f64::INFINITY, f64::min);
+        let reward = |s: Option<&StepMetrics>, f: fn(&StepMetrics) -> f64| {
+            s.map_or("-".to_string(), |s| format!("{:.3}", f(s)))
+        };
+        format!(
+            "Training: {n} steps, {} updated the weights and {skipped} were skipped (no group \
+             with a reward spread); {zero} of {groups} groups had zero variance; smallest grad \
+             norm of an update {}; reward act {} -> {}, rehearse {} -> {} (first -> last step).",
+            n - skipped,
+            if trained.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{min_grad:.3e}")
+            },
+            reward(self.steps.first(), |s| s.reward_mean_act),
+            reward(self.steps.last(), |s| s.reward_mean_act),
+            reward(self.steps.first(), |s| s.reward_mean_rehearse),
+            reward(self.steps.last(), |s| s.reward_mean_rehearse),
         )
+    }
+}
+
+/// An interval in percentage points, starred when it excludes 0.
+fn mark(ci: Option<Interval>) -> String {
+    match ci {
+        Some(ci) if ci.estimate.is_finite() => {
+            let star = if ci.low > 0.0 || ci.high < 0.0 {
+                " *"
+            } else {
+                ""
+            };
+            format!(
+                "{:+.1} [{:+.1}, {:+.1}]{star}",
+                100.0 * ci.estimate,
+                100.0 * ci.low,
+                100.0 * ci.high
+            )
+        }
+        _ => "-".into(),
     }
 }
 
@@ -384,15 +856,6 @@ fn new_table<const N: usize>(header: [&str; N]) -> Table {
         }
     }
     table
-}
-
-/// A fraction in [0, 1] as a percentage with one decimal; non-finite values as `-`.
-fn percent(fraction: f64) -> String {
-    if fraction.is_finite() {
-        format!("{:.1}%", fraction * 100.0)
-    } else {
-        "-".to_string()
-    }
 }
 
 #[cfg(test)]
@@ -441,23 +904,34 @@ mod tests {
                 ..Default::default()
             })
             .collect();
-        for (key, success) in [(VARIANT_BASE, 0.125), (VARIANT_ENVACE, 0.375)] {
+        // Eight tasks: one of them solved by base, three by envace; each task has 2 turns and
+        // 2 Act turns; envace writes a well-formed call in every Act turn, base in none.
+        for (key, solved) in [(VARIANT_BASE, 1usize), (VARIANT_ENVACE, 3)] {
+            let per_task: Vec<TaskResult> = (0..8)
+                .map(|i| TaskResult {
+                    task: format!("multi_turn_base_{i}"),
+                    success: i < solved,
+                    turns_passed: if i < solved { 2 } else { 0 },
+                    turns: 2,
+                    termination: "done".into(),
+                    reward: 1.0,
+                    checklist_score: if i < solved { 1.0 } else { 0.25 },
+                    act_turns: 2,
+                    well_formed_turns: if key == VARIANT_ENVACE { 2 } else { 0 },
+                    ..Default::default()
+                })
+                .collect();
+            let metrics = EvalMetrics::from_tasks(&per_task);
             r.variants.insert(
                 key.into(),
                 EvalReport {
                     split: "test".into(),
-                    tasks: 16,
-                    task_success: success,
-                    turn_success: 0.5,
-                    turns: 40,
-                    per_task: vec![TaskResult {
-                        task: "multi_turn_base_0".into(),
-                        success: true,
-                        turns_passed: 3,
-                        turns: 3,
-                        termination: "done".into(),
-                        reward: 1.0,
-                    }],
+                    tasks: 8,
+                    task_success: metrics.task_success.estimate,
+                    turn_success: metrics.turn_success.estimate,
+                    turns: 16,
+                    metrics,
+                    per_task,
                     ..Default::default()
                 },
             );
@@ -485,7 +959,16 @@ mod tests {
         assert!(back.train.steps[0].kl.is_nan());
         assert_eq!(back.train.steps[1].kl, 0.01);
         assert!(back.metrics["nan_gauge"].is_nan());
-        assert_eq!(back.variants[VARIANT_ENVACE].per_task[0].turns_passed, 3);
+        assert_eq!(back.variants[VARIANT_ENVACE].per_task[0].turns_passed, 2);
+        let (m, back_m) = (
+            &r.variants[VARIANT_ENVACE].metrics,
+            &back.variants[VARIANT_ENVACE].metrics,
+        );
+        assert_eq!(back_m.checklist_score, m.checklist_score);
+        assert!(
+            back_m.tool_name_accuracy.estimate.is_nan(),
+            "no expected calls: NaN"
+        );
     }
 
     #[test]
@@ -554,10 +1037,12 @@ mod tests {
             "base",
             "after warm-up (sft)",
             "after EnvACE training (envace)",
-            "12.5%",
-            "37.5%",
-            "50.0%",
-            "16",
+            // Task success 1/8 and 3/8, the checklist score 0.25 + 0.75/8 and 0.25 + 2.25/8.
+            "12.5 [",
+            "37.5 [",
+            "34.4 [",
+            "53.1 [",
+            "100.0 [100.0, 100.0]",
             "collect",
             "12.3",
             "4321",
@@ -570,15 +1055,38 @@ mod tests {
             assert!(table.contains(needle), "missing {needle:?} in\n{table}");
         }
         // Stages follow pipeline order, not alphabetical order.
-        let collect = table.find("collect").expect("collect row");
+        let collect = table.find("| collect").expect("collect row");
         let train = table.find("| train").expect("train row");
         assert!(collect < train);
-        // The sft variant was not evaluated: its row shows dashes.
+        // The sft variant was not evaluated: its row shows dashes, and no comparison with it.
         let sft_row = table
             .lines()
             .find(|l| l.contains("after warm-up (sft)"))
             .expect("sft row");
         assert!(sft_row.contains('-'), "{sft_row}");
+        assert!(!table.contains("sft - base"), "{table}");
+    }
+
+    #[test]
+    fn comparisons_pair_tasks_and_star_intervals_that_exclude_zero() {
+        let mut r = sample();
+        let mut sft = r.variants[VARIANT_ENVACE].clone();
+        // The same tasks in another order: pairing goes by task id.
+        sft.per_task.reverse();
+        r.variants.insert(VARIANT_SFT.into(), sft);
+        r.update_comparisons();
+        let c = &r.comparisons["sft - base"];
+        assert_eq!((c.a.as_str(), c.b.as_str(), c.tasks), ("base", "sft", 8));
+        // Every task gains a full well-formed share: the paired difference is exactly +1.
+        let wf = c.differences["well_formed_call_share"];
+        assert_eq!((wf.estimate, wf.low, wf.high), (1.0, 1.0, 1.0));
+        let ts = c.differences["task_success"];
+        assert!((ts.estimate - 0.25).abs() < 1e-12);
+        assert!(r.comparisons["envace - sft"].differences["task_success"].estimate == 0.0);
+        let table = r.summary_table();
+        assert!(table.contains("+100.0 [+100.0, +100.0] *"), "{table}");
+        let order = |k: &str| table.find(k).expect(k);
+        assert!(order("sft - base") < order("envace - sft"));
     }
 
     #[test]

@@ -85,12 +85,7 @@ impl Interval {
                 format!("{x:.3}")
             }
         };
-        format!(
-            "{} [{}, {}]",
-            f(self.estimate),
-            f(self.low),
-            f(self.high)
-        )
+        format!("{} [{}, {}]", f(self.estimate), f(self.low), f(self.high))
     }
 }
 
@@ -217,7 +212,10 @@ mod tests {
         let b: Vec<PerTask> = a.iter().map(|t| PerTask::new(t.num + 0.5, 1.0)).collect();
         let d = paired_difference(&a, &b, 2);
         assert!((d.estimate - 0.5).abs() < 1e-12);
-        assert!((d.low - 0.5).abs() < 1e-12 && (d.high - 0.5).abs() < 1e-12, "{d:?}");
+        assert!(
+            (d.low - 0.5).abs() < 1e-12 && (d.high - 0.5).abs() < 1e-12,
+            "{d:?}"
+        );
         assert!(d.above_zero());
         let own = bootstrap(&b, 2);
         assert!(own.high - own.low > 0.2, "{own:?}");

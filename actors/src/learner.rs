@@ -9,7 +9,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::{
-    role_wise_advantages, GrpoConfig, LearnerConfig, RowMeta, ScoreRow, StepStats, TrainRow,
+    role_wise_advantages, GrpoConfig, LearnerConfig, RowMeta, ScoreRow, SftStats, StepStats,
+    TrainRow,
 };
 use crate::storage::{PolicyVersion, Role, TaskId, Trajectory};
 use crate::worker::{Job, WorkerHandle};
@@ -124,6 +125,10 @@ pub struct LearnerStep {
     pub advantages: Vec<Vec<Option<f32>>>,
     /// Rows without completion tokens (not trained).
     pub skipped_rows: u64,
+    /// True when every advantage was 0 (all groups had equal rewards): no optimizer step was
+    /// taken, since it could only have changed the weights through the KL term or weight
+    /// decay, never towards a higher reward; `stats` are zeros and the version is unchanged.
+    pub skipped: bool,
     /// The policy version after the step.
     pub policy_version: PolicyVersion,
 }
@@ -135,7 +140,7 @@ pub enum LearnerMsg {
     /// One role-wise GRPO step on a step's trajectories (all K samples of each task).
     GrpoStep(Vec<Trajectory>, RpcReplyPort<Result<LearnerStep, String>>),
     /// One supervised warm-up step.
-    SftStep(Vec<ScoreRow>, RpcReplyPort<Result<StepStats, String>>),
+    SftStep(Vec<ScoreRow>, RpcReplyPort<Result<SftStats, String>>),
 }
 
 /// Arguments of the Learner actor.
@@ -220,12 +225,24 @@ impl Actor for LearnerActor {
                         per_role,
                         skipped_rows,
                     } = batch;
+                    if rows.iter().all(|r| r.advantage == 0.0) {
+                        let _ = reply.send(Ok(LearnerStep {
+                            stats: StepStats::default(),
+                            per_role,
+                            advantages,
+                            skipped_rows,
+                            skipped: true,
+                            policy_version: worker.policy_version(),
+                        }));
+                        return;
+                    }
                     let out = worker.request(|tx| Job::Train(rows, tx)).await;
                     let _ = reply.send(out.map(|stats| LearnerStep {
                         stats,
                         per_role,
                         advantages,
                         skipped_rows,
+                        skipped: false,
                         policy_version: worker.policy_version(),
                     }));
                 });

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::kernels::{
     score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest, Learner,
-    LearnerConfig, LoadedModel, Model, ScoreRow, StepStats, Tokenizer, TrainRow,
+    LearnerConfig, LoadedModel, Model, ScoreRow, SftStats, StepStats, Tokenizer, TrainRow,
 };
 use crate::storage::PolicyVersion;
 
@@ -57,7 +57,7 @@ pub enum Job {
     /// One role-wise GRPO optimizer step; bumps the policy version.
     Train(Vec<TrainRow>, oneshot::Sender<JobResult<StepStats>>),
     /// One supervised (warm-up) optimizer step; bumps the policy version.
-    Sft(Vec<ScoreRow>, oneshot::Sender<JobResult<StepStats>>),
+    Sft(Vec<ScoreRow>, oneshot::Sender<JobResult<SftStats>>),
     /// Write all weights to a safetensors file.
     Save(PathBuf, oneshot::Sender<JobResult<()>>),
     /// Replace all weights from a safetensors file written by `Save`, and set the version.
@@ -305,10 +305,10 @@ fn serve(
     }
 }
 
-fn with_learner(
+fn with_learner<T>(
     learner: &mut Option<Learner<'_>>,
-    f: impl FnOnce(&mut Learner<'_>) -> crate::kernels::Result<StepStats>,
-) -> JobResult<StepStats> {
+    f: impl FnOnce(&mut Learner<'_>) -> crate::kernels::Result<T>,
+) -> JobResult<T> {
     match learner {
         Some(l) => f(l).map_err(|e| e.to_string()),
         None => Err("no learner configured: send SetLearner first".into()),

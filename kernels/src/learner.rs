@@ -181,6 +181,16 @@ pub struct StepStats {
     pub seconds: f64,
 }
 
+/// What one supervised step did: the step's numbers and each row's own loss.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SftStats {
+    /// Loss (token-mean NLL of the batch), grad norm, tokens and seconds of the step.
+    pub stats: StepStats,
+    /// Per row, in the order given: `Σ −log p` over its completion tokens (nats), before the
+    /// update, so a caller can report the loss per role (`Σ row_nll / Σ completion tokens`).
+    pub row_nll: Vec<f64>,
+}
+
 /// Sums of one gradient accumulation pass (before clipping and the step).
 #[derive(Debug, Clone, Copy, Default)]
 struct Accumulated {
@@ -364,7 +374,7 @@ impl<'m> Learner<'m> {
     /// # Errors
     /// As [`Learner::step`] (no rows, empty prompt or completion, bad ids, context overflow,
     /// non-finite gradient).
-    pub fn sft_step(&mut self, rows: &[ScoreRow]) -> Result<StepStats> {
+    pub fn sft_step(&mut self, rows: &[ScoreRow]) -> Result<SftStats> {
         let start = Instant::now();
         if rows.is_empty() {
             return Err(Error::InvalidRequest("sft_step: no rows".into()));
@@ -381,20 +391,27 @@ impl<'m> Learner<'m> {
         self.optimizer.zero_grad();
         let total: usize = rows.iter().map(|r| r.completion_ids.len()).sum();
         let pack = self.config.pack_prefixes;
-        let result = tch::with_grad(|| -> Result<(f64, usize)> {
+        let result = tch::with_grad(|| -> Result<(f64, usize, Vec<f64>)> {
             let (mut loss_sum, mut forward_tokens) = (0.0, 0);
+            let mut row_nll = Vec::with_capacity(rows.len());
             for range in groups(rows, self.config.micro_batch_tokens, pack) {
                 let (batch, forward) =
                     score_group(self.model, &rows[range], self.config.temperature, pack)?;
                 forward_tokens += forward;
-                // Padding log-probs are already 0, so the sum is over real tokens only.
+                // Padding log-probs are already 0, so the sums are over real tokens only.
+                let per_row = batch.logprobs.f_sum_dim_intlist(1, false, Kind::Double)?;
+                row_nll.extend(
+                    Vec::<f64>::try_from(per_row.detach().f_to_device(tch::Device::Cpu)?)?
+                        .into_iter()
+                        .map(|lp| -lp),
+                );
                 let loss = -batch.logprobs.sum(Kind::Float) / total as f64;
                 loss.f_backward()?;
                 loss_sum += loss.double_value(&[]);
             }
-            Ok((loss_sum, forward_tokens))
+            Ok((loss_sum, forward_tokens, row_nll))
         });
-        let (loss, forward_tokens) = match result {
+        let (loss, forward_tokens, row_nll) = match result {
             Ok(l) => l,
             Err(e) => {
                 self.optimizer.zero_grad();
@@ -402,15 +419,18 @@ impl<'m> Learner<'m> {
             }
         };
         let grad_norm = self.clip_and_step()?;
-        Ok(StepStats {
-            loss,
-            grad_norm,
-            clip_frac: 0.0,
-            approx_kl: 0.0,
-            ref_kl: 0.0,
-            tokens: total,
-            forward_tokens,
-            seconds: start.elapsed().as_secs_f64(),
+        Ok(SftStats {
+            stats: StepStats {
+                loss,
+                grad_norm,
+                clip_frac: 0.0,
+                approx_kl: 0.0,
+                ref_kl: 0.0,
+                tokens: total,
+                forward_tokens,
+                seconds: start.elapsed().as_secs_f64(),
+            },
+            row_nll,
         })
     }
 
@@ -807,7 +827,7 @@ mod tests {
             })
             .collect();
         let losses: Vec<f64> = (0..6)
-            .map(|_| learner.sft_step(&batch).unwrap().loss)
+            .map(|_| learner.sft_step(&batch).unwrap().stats.loss)
             .collect();
         // Random init: the loss starts near ln(vocab) ≈ 10.8.
         assert!((losses[0] - 49152f64.ln()).abs() < 0.5, "{losses:?}");

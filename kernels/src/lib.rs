@@ -37,7 +37,7 @@ pub use error::{Error, Result};
 pub use grpo::{
     ppo_loss, role_wise_advantages, row_reward, GrpoConfig, LossAggregation, PpoStats, RowMeta,
 };
-pub use learner::{Learner, LearnerConfig, LrSchedule, StepStats, TrainRow};
+pub use learner::{Learner, LearnerConfig, LrSchedule, SftStats, StepStats, TrainRow};
 pub use loader::{load, LoadedModel, ModelSource};
 
 pub use model::Model;

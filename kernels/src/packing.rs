@@ -868,6 +868,19 @@ mod tests {
             .sft_step(&sft)
             .unwrap();
         eprintln!("sft: unpacked {a:?}\n     packed {b:?}");
+        // Per-row losses agree too, and add up to the batch loss.
+        assert_eq!(a.row_nll.len(), sft.len());
+        for (x, y) in a.row_nll.iter().zip(&b.row_nll) {
+            assert!((x - y).abs() < 1e-3, "{x} vs {y}");
+        }
+        let tokens: usize = sft.iter().map(|r| r.completion_ids.len()).sum();
+        let from_rows = a.row_nll.iter().sum::<f64>() / tokens as f64;
+        assert!(
+            (from_rows - a.stats.loss).abs() < 1e-4,
+            "{from_rows} vs {}",
+            a.stats.loss
+        );
+        let (a, b) = (a.stats, b.stats);
         assert!((a.loss - b.loss).abs() < 1e-4, "{a:?} vs {b:?}");
         assert!((a.grad_norm - b.grad_norm).abs() < 1e-4 * a.grad_norm.max(1.0));
         assert_eq!(b.forward_tokens, 2 * 57);

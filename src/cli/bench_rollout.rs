@@ -159,7 +159,7 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         let out = Command::new(&exe)
             .args(["bench", "rollout", "--mode", name, "--tasks"])
             .arg(args.tasks.to_string())
-            .args(["--preset", preset_name(args.preset), "--out"])
+            .args(["--preset", args.preset.name(), "--out"])
             .arg(&args.out)
             .args(args.all_turns.then_some("--all-turns"))
             .output()
@@ -189,7 +189,7 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         (d > 0.0).then(|| f(&a.bench) / d)
     };
     let report = serde_json::json!({
-        "preset": preset_name(args.preset),
+        "preset": args.preset.name(),
         "tasks": args.tasks,
         "all_turns": args.all_turns,
         "threads": tch::get_num_threads(),
@@ -211,13 +211,6 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn preset_name(p: Preset) -> &'static str {
-    match p {
-        Preset::Smollm2 => "smollm2",
-        Preset::Tiny => "tiny",
-    }
-}
-
 /// The child: collect seeds into a fresh folder, then measure.
 fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
     let mode = Mode::parse(name)?;
@@ -233,7 +226,7 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let bench = rt.block_on(async {
-        let mut p = Pipeline::open(cfg, &dir, preset_name(args.preset)).await?;
+        let mut p = Pipeline::open(cfg, &dir, args.preset.name()).await?;
         p.collect().await?;
         let out = async {
             let live = p.bench_rollout().await?;

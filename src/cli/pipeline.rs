@@ -39,12 +39,12 @@ impl RunArgs {
             ),
             None => (
                 RunConfig::preset(self.preset),
-                format!("{:?}", self.preset).to_lowercase(),
+                self.preset.name().to_string(),
             ),
         };
         if self.scale > 1 {
             let s = self.scale;
-            cfg.sft.steps *= s;
+            cfg.sft.epochs = cfg.sft.epochs.saturating_mul(s as u32);
             cfg.train.steps *= s;
             cfg.eval.tasks = cfg.eval.tasks.map(|n| n * s as usize);
         }

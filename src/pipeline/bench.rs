@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
-use super::sft::{first_user_turns, seed_rows};
+use super::seed_rows::{first_user_turns, seed_rows};
 use super::{secs, Pipeline, TRAIN_RUN};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
@@ -132,7 +132,8 @@ impl Pipeline {
             };
             let seed = first_user_turns(seed, self.cfg.rollout.max_user_turns);
             let mut rows = Vec::new();
-            for (role, row) in seed_rows(&self.topology.kit, task, &seed, &pool, &self.cfg)? {
+            for r in seed_rows(&self.topology.kit, task, &seed, &pool, &self.cfg)? {
+                let (role, row) = (r.role, r.row);
                 if row.len() > context {
                     out.rows_over_context += 1;
                     continue;
@@ -239,7 +240,8 @@ impl Pipeline {
         reset_peak_rss();
         let start = Instant::now();
         let run = RunId::from(format!("{TRAIN_RUN}-bench"));
-        let trajectories = self.rollout_group(&agents, &pool, &run, 0, 0).await;
+        let n = self.cfg.train.tasks_per_step;
+        let trajectories = self.rollout_group(&agents, &pool, &run, 0, 0, n, 0).await;
         let generation_s = secs(start);
         let generation_peak = peak_rss_mib();
         if self.topology.real_env_calls() != calls_before {

@@ -1,5 +1,12 @@
-//! `eval`: the policy against the real environment, judged by the BFCL checker, with success
-//! per task (every user turn passed) and per turn.
+//! `eval`: the policy against the real environment, judged by the BFCL checker.
+//!
+//! Per variant, every metric comes with a percentile-bootstrap 95 % interval over tasks
+//! ([`crate::stats`]): task success (every user turn passed), turn success, the dense checklist
+//! score of the same transcript (partial credit, [`crate::bfcl::dense`]), the share of Act turns
+//! with at least one well-formed tool call and the share with a malformed block (the base model
+//! mostly answers in plain text, which parses as a final answer, so "turns that parse" would
+//! flatter it), tool-name accuracy and argument accuracy over the tasks' ground-truth calls;
+//! then Rehearse fidelity on the same tasks' real calls ([`super::fidelity`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,11 +14,13 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Result};
 
 use super::{progress, secs, Pipeline, SFT_RUN, TRAIN_RUN};
-use crate::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
+use crate::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
 use crate::actors::memory::MemoryMsg;
-use crate::actors::{EpisodeTask, Split};
-use crate::report::{EvalReport, StageReport, TaskResult};
-use crate::storage::{PolicyVersion, RunId, Termination, Trajectory};
+use crate::actors::protocol::parse_act;
+use crate::actors::{EpisodeTask, Judge, Split, ToolCall};
+use crate::bfcl::dense::{match_calls, DenseChecklistJudge};
+use crate::report::{EvalMetrics, EvalReport, StageReport, TaskResult};
+use crate::storage::{MessageRole, PolicyVersion, RunId, Termination, Trajectory};
 
 /// Which weights an evaluation measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,32 +121,91 @@ impl Pipeline {
     }
 
     /// Evaluates the current weights as `variant` on `eval.split` (first `eval.tasks` tasks,
-    /// or `limit`) in the real environment; records the result under `variants.<name>` and the
-    /// stage `eval_<name>`.
+    /// or `limit`) in the real environment, then the Rehearse role's fidelity on the same
+    /// tasks' real calls; records the result under `variants.<name>` (every metric with its
+    /// interval), updates the paired comparisons and records the stage `eval_<name>`.
     ///
     /// # Errors
     /// An actor fails to start or the store fails; failed episodes are results, not errors.
     pub async fn eval(&mut self, variant: Variant, limit: Option<usize>) -> Result<EvalReport> {
-        let start = Instant::now();
         let (split, tasks) = self.eval_tasks(limit)?;
+        let report = self
+            .evaluate(
+                variant.name(),
+                split,
+                tasks,
+                self.cfg.eval.fidelity_calls_per_task,
+            )
+            .await?;
+        metrics::gauge!("eval_task_success", "variant" => variant.name())
+            .set(report.metrics.task_success.estimate);
+        metrics::gauge!("eval_checklist_score", "variant" => variant.name())
+            .set(report.metrics.checklist_score.estimate);
+        eprintln!(
+            "eval {}: {} {} tasks; task success {}, checklist score {}, turns with a well-formed \
+             call {}, rehearse fidelity (exact) {} %; {} real env calls",
+            variant.name(),
+            report.tasks,
+            split.name(),
+            report.metrics.task_success.display(true),
+            report.metrics.checklist_score.display(true),
+            report.metrics.well_formed_call_share.display(true),
+            report
+                .fidelity
+                .as_ref()
+                .map_or("-".into(), |f| f.equal_values.display(true)),
+            report.real_env_calls
+        );
+        self.report
+            .variants
+            .insert(variant.name().into(), report.clone());
+        self.report.update_comparisons();
+        self.record_stage(
+            &format!("eval_{}", variant.name()),
+            StageReport {
+                wall_s: report.wall_s,
+                tokens: report.tokens,
+                generated_tokens: report.generated_tokens,
+                real_env_calls: report.real_env_calls,
+                items: report.tasks,
+            },
+        );
+        Ok(report)
+    }
+
+    /// Plays `tasks` with the current weights in the real environment (run `eval-<name>`,
+    /// judged by BFCL's checker, trajectories stored), scores each transcript with the dense
+    /// checklist judge and the call metrics, and measures Rehearse fidelity on at most
+    /// `fidelity_calls` real calls per task (`None`: all).
+    ///
+    /// # Errors
+    /// An actor fails to start, every episode failed, or the store fails.
+    pub(super) async fn evaluate(
+        &mut self,
+        name: &str,
+        split: Split,
+        tasks: Vec<EpisodeTask>,
+        fidelity_calls: Option<usize>,
+    ) -> Result<EvalReport> {
+        let start = Instant::now();
         let n = tasks.len();
         let judge = self
             .topology
             .start_judge(
-                &format!("bfcl-checker-{}", variant.name()),
+                &format!("bfcl-checker-{name}"),
                 Arc::new(self.suite.checker_judge(Default::default())),
             )
             .await
             .map_err(|e| anyhow!(e))?;
         let agents = self.topology.real_agents(judge).map_err(|e| anyhow!(e))?;
         let ep = self.eval_episode_config();
-        let run = RunId(format!("eval-{}", variant.name()));
+        let run = RunId(format!("eval-{name}"));
         let calls_before = self.topology.real_env_calls();
-        let bar = progress(n as u64, variant.name());
+        let bar = progress(n as u64, name);
         let mut set = tokio::task::JoinSet::new();
-        for (i, task) in tasks.into_iter().enumerate() {
+        for (i, task) in tasks.iter().enumerate() {
             let spec = EpisodeSpec {
-                task: Arc::new(task),
+                task: Arc::new(task.clone()),
                 facts: Arc::new(Vec::new()),
                 memory: None,
                 run: run.clone(),
@@ -161,8 +229,7 @@ impl Pipeline {
                 .all(|t| t.termination == Termination::ActorFailed)
         {
             bail!(
-                "eval {}: every episode failed: {}",
-                variant.name(),
+                "eval {name}: every episode failed: {}",
                 trajectories
                     .first()
                     .and_then(|t| t.messages.first())
@@ -171,21 +238,13 @@ impl Pipeline {
         }
         trajectories.sort_by(|a, b| a.task.cmp(&b.task));
         let calls = self.topology.real_env_calls() - calls_before;
-        let per_task: Vec<TaskResult> = trajectories
+        let mut per_task: Vec<TaskResult> = trajectories
             .iter()
-            .map(|t| {
-                let turns = self
-                    .suite
-                    .train
-                    .iter()
-                    .chain(&self.suite.test)
-                    .find(|task| task.id == t.task)
-                    .map_or(t.verdicts.len(), |task| task.user_turns.len());
-                task_result(t, turns)
+            .filter_map(|t| {
+                let task = tasks.iter().find(|task| task.id == t.task)?;
+                Some(task_result(t, task))
             })
             .collect();
-        let turns: u64 = per_task.iter().map(|t| u64::from(t.turns)).sum();
-        let passed: u64 = per_task.iter().map(|t| u64::from(t.turns_passed)).sum();
         let tokens: u64 = trajectories
             .iter()
             .flat_map(|t| &t.rows)
@@ -196,60 +255,87 @@ impl Pipeline {
             .flat_map(|t| &t.rows)
             .map(|r| r.completion_ids.len() as u64)
             .sum();
-        let report = EvalReport {
-            split: split.name().into(),
-            tasks: n as u64,
-            task_success: per_task.iter().filter(|t| t.success).count() as f64 / n.max(1) as f64,
-            turn_success: passed as f64 / turns.max(1) as f64,
-            turns,
-            real_env_calls: calls,
-            tokens,
-            wall_s: secs(start),
-            per_task,
-        };
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTrajectories(trajectories, r))
             .await?
             .map_err(|e| anyhow!(e))?;
-        metrics::gauge!("eval_task_success", "variant" => variant.name()).set(report.task_success);
-        metrics::gauge!("eval_turn_success", "variant" => variant.name()).set(report.turn_success);
-        eprintln!(
-            "eval {}: {} {} tasks, task success {:.3}, turn success {:.3}, {} real env calls",
-            variant.name(),
-            n,
-            split.name(),
-            report.task_success,
-            report.turn_success,
-            calls
-        );
-        self.report
-            .variants
-            .insert(variant.name().into(), report.clone());
-        self.record_stage(
-            &format!("eval_{}", variant.name()),
-            StageReport {
-                wall_s: report.wall_s,
-                tokens,
-                generated_tokens: generated,
-                real_env_calls: calls,
-                items: n as u64,
-            },
-        );
-        Ok(report)
+        let fidelity = self.fidelity(&tasks, fidelity_calls).await?;
+        for t in &mut per_task {
+            let mine = fidelity.per_call.iter().filter(|c| c.task == t.task);
+            for c in mine {
+                t.fidelity_calls += 1;
+                t.fidelity_equal += u32::from(c.equal_values);
+            }
+        }
+        let turns: u64 = per_task.iter().map(|t| u64::from(t.turns)).sum();
+        let passed: u64 = per_task.iter().map(|t| u64::from(t.turns_passed)).sum();
+        let metrics = EvalMetrics::from_tasks(&per_task);
+        Ok(EvalReport {
+            split: split.name().into(),
+            tasks: n as u64,
+            task_success: metrics.task_success.estimate,
+            turn_success: passed as f64 / turns.max(1) as f64,
+            turns,
+            // The episodes' calls and the ground-truth replays of Rehearse fidelity.
+            real_env_calls: calls + fidelity.real_env_calls,
+            tokens: tokens + fidelity.tokens,
+            generated_tokens: generated,
+            wall_s: secs(start),
+            metrics,
+            fidelity: Some(fidelity),
+            per_task,
+        })
     }
 }
 
-/// A task's result; `turns` is the task's number of user turns (a failed episode has no
-/// verdicts, and its turns still count as failed).
-fn task_result(t: &Trajectory, turns: usize) -> TaskResult {
-    let turns = turns as u32;
+/// A task's result from its evaluation trajectory (see [`TaskResult`]): the checker's turns,
+/// the dense checklist score of the same transcript, the Act turns that wrote a well-formed
+/// call or a malformed block, and the ground-truth calls matched by name and exactly. A failed
+/// episode has no turns played and counts every turn as failed.
+pub fn task_result(t: &Trajectory, task: &EpisodeTask) -> TaskResult {
+    let whitelist = task.tool_names();
+    let turns = transcript(&t.messages, &whitelist);
+    let n_turns = task.user_turns.len() as u32;
     let turns_passed = t.verdicts.iter().filter(|v| v.passed).count() as u32;
+    let checklist_score = DenseChecklistJudge.judge(&task.judge, &turns).reward;
+    let (mut expected, mut names, mut exact) = (0u32, 0u32, 0u32);
+    for (i, items) in task.judge.checklist.iter().enumerate() {
+        let calls: Vec<&ToolCall> = turns.get(i).map_or(Vec::new(), |t| t.all_calls().collect());
+        let m = match_calls(&task.judge, items, &calls);
+        expected += m.expected as u32;
+        names += m.names as u32;
+        exact += m.exact as u32;
+    }
+    let (mut act_turns, mut well_formed, mut malformed) = (0u32, 0u32, 0u32);
+    for m in t
+        .messages
+        .iter()
+        .filter(|m| m.role == MessageRole::Assistant)
+    {
+        act_turns += 1;
+        match parse_act(&m.content, &whitelist) {
+            Ok(out) => well_formed += u32::from(!out.calls.is_empty()),
+            Err(e) => {
+                malformed += 1;
+                well_formed += u32::from(!e.calls_before.is_empty());
+            }
+        }
+    }
     TaskResult {
         task: t.task.0.clone(),
-        success: turns > 0 && turns_passed == turns && t.termination == Termination::Completed,
+        success: n_turns > 0 && turns_passed == n_turns && t.termination == Termination::Completed,
         turns_passed,
-        turns,
+        turns: n_turns,
         termination: format!("{:?}", t.termination),
         reward: f64::from(t.reward),
+        checklist_score: f64::from(checklist_score),
+        act_turns,
+        well_formed_turns: well_formed,
+        malformed_turns: malformed,
+        expected_calls: expected,
+        name_matches: names,
+        exact_matches: exact,
+        fidelity_calls: 0,
+        fidelity_equal: 0,
     }
 }

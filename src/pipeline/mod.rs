@@ -10,6 +10,8 @@
 mod bench;
 mod collect;
 mod eval;
+mod fidelity;
+pub mod seed_rows;
 mod sft;
 mod train;
 mod tts;
@@ -40,7 +42,9 @@ use crate::storage::{Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
 pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, ReplayBench, RolloutBench};
-pub use eval::Variant;
+pub use eval::{task_result, Variant};
+pub use fidelity::compare as fidelity_compare;
+pub use sft::{fit_to_context, stratified_seeds};
 pub use tts::{tts_table, TtsConfig, TtsResult, TtsSpec};
 
 /// The run name of self-rehearsal training in sled (trajectories, run state, checkpoints).
@@ -179,7 +183,7 @@ impl Pipeline {
     pub fn save_report(&mut self) -> Result<()> {
         self.report.metrics = self.metrics.snapshot();
         self.report.save(&self.dir)?;
-        crate::plot::plot_training(&self.dir.join("training.png"), &self.report.train.steps)?;
+        crate::plot::plot_training(&self.dir.join("training.png"), &self.report.train)?;
         Ok(())
     }
 

@@ -1,7 +1,16 @@
 //! `train`: self-rehearsal role-wise GRPO. Every tool call is answered by the policy's own
-//! Rehearse role; the real environment is never called, which the stage counts and enforces.
-//! After every step the weights, the step's trajectories and the run state are committed, so
-//! a stopped run resumes at the next step.
+//! Rehearse role; the real environment is never called, which the stage counts and enforces
+//! (periodic evaluations call it and are counted apart).
+//!
+//! No dead steps: a group (a task's K trajectories) whose rows all have the same reward has
+//! zero advantages and teaches nothing. With dynamic sampling (DAPO) a step keeps drawing
+//! tasks until it has enough informative groups and trains on those only; a step with no
+//! informative group takes no optimizer step and is reported as **skipped** (its loss is not a
+//! loss of 0, its weights are the previous step's). Each step reports the groups drawn, the
+//! zero-variance fraction, informative rows per role and the grad norm.
+//!
+//! After every step the weights, every trajectory drawn and the run state are committed, so a
+//! stopped run resumes at the next step.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,11 +20,13 @@ use anyhow::{anyhow, bail, Result};
 
 use super::{progress, secs, Pipeline, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeSpec};
-use crate::actors::learner::LearnerMsg;
+use crate::actors::learner::{grpo_batch, LearnerMsg, RoleStats};
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::SeedPool;
 use crate::actors::worker::Job;
-use crate::report::{StageReport, StepMetrics};
+use crate::config::TrainConfig;
+use crate::kernels::GrpoConfig;
+use crate::report::{PeriodicEval, StageReport, StepMetrics};
 use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
 
 /// Key of the policy version in a training checkpoint's metrics.
@@ -36,6 +47,7 @@ impl Pipeline {
             .ask("memory", |r| MemoryMsg::RunState(run.clone(), r))
             .await?
             .map_err(|e| anyhow!(e))?;
+        let mut last_checkpoint: Option<PathBuf> = None;
         let (first_step, mut cursor) = match &resumed {
             Some(state) => {
                 // The checkpoint committed with the run state, never a newer file on disk.
@@ -60,6 +72,7 @@ impl Pipeline {
                      the AdamW moments start afresh)",
                     state.step
                 );
+                last_checkpoint = Some(checkpoint.path);
                 (state.step, state.data_cursor as usize)
             }
             None => {
@@ -71,6 +84,7 @@ impl Pipeline {
         };
         if resumed.is_none() {
             self.report.train.steps.clear();
+            self.report.train.evals.clear();
         }
         let pool = self.seed_pool().await?;
         if pool.is_empty() {
@@ -83,30 +97,28 @@ impl Pipeline {
         self.configure_learner(self.cfg.train.learner.clone())
             .await?;
         let calls_before = self.topology.real_env_calls();
+        // Real calls of periodic evaluations, which are not training calls.
+        let mut eval_calls = 0u64;
+        let training_calls =
+            |p: &Pipeline, eval_calls: u64| p.topology.real_env_calls() - calls_before - eval_calls;
         let agents = self.topology.rehearsal_agents();
+        let stop_ids: Vec<u32> = self.topology.kit.eos_id().into_iter().collect();
+        if self.cfg.train.eval_every.is_some() && first_step == 0 {
+            eval_calls += self.periodic_eval(0).await?;
+        }
         let bar = progress(self.cfg.train.steps.saturating_sub(first_step), "train");
         let (mut tokens, mut generated) = (0u64, 0u64);
         for step in first_step..self.cfg.train.steps {
             let step_start = Instant::now();
-            let trajectories = self.rollout_group(&agents, &pool, &run, step, cursor).await;
-            cursor = (cursor + self.cfg.train.tasks_per_step) % self.suite.train.len();
-            let calls = self.topology.real_env_calls() - calls_before;
+            let draw = self
+                .draw_step(&agents, &pool, &run, step, cursor, &stop_ids)
+                .await;
+            cursor = (cursor + draw.tasks) % self.suite.train.len();
+            let calls = training_calls(self, eval_calls);
             if calls != 0 {
                 bail!("train: {calls} real environment calls during self-rehearsal training (must be 0)");
             }
-            let step_tokens: u64 = trajectories
-                .iter()
-                .flat_map(|t| &t.rows)
-                .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
-                .sum();
-            generated += trajectories
-                .iter()
-                .flat_map(|t| &t.rows)
-                .map(|r| r.completion_ids.len() as u64)
-                .sum::<u64>();
-            tokens += step_tokens;
-            let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
-            let reward_mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
+            let trajectories = draw.all;
             if trajectories
                 .iter()
                 .all(|t| t.termination == Termination::ActorFailed)
@@ -119,35 +131,84 @@ impl Pipeline {
                         .map_or("", |m| m.content.as_str())
                 );
             }
-            let trainable = trajectories
+            let step_tokens: u64 = trajectories
+                .iter()
+                .flat_map(|t| &t.rows)
+                .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
+                .sum();
+            generated += trajectories
+                .iter()
+                .flat_map(|t| &t.rows)
+                .map(|r| r.completion_ids.len() as u64)
+                .sum::<u64>();
+            tokens += step_tokens;
+            // Rewards over every rollout of the step (trained or not).
+            let rollouts = grpo_batch(&trajectories, &self.cfg.train.learner.grpo, &stop_ids);
+            let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
+            let reward_mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
+            let trainable = draw
+                .train
                 .iter()
                 .flat_map(|t| &t.rows)
                 .any(|r| !r.completion_ids.is_empty());
-            let (stats, per_role, version) = if trainable {
-                let out = learner
-                    .ask("learner", |r| LearnerMsg::GrpoStep(trajectories.clone(), r))
-                    .await?
-                    .map_err(|e| anyhow!("train step {step}: learner: {e}"))?;
-                (out.stats, out.per_role, out.policy_version)
-            } else {
-                // Only failed episodes without rows: keep them, no update this step.
-                tracing::warn!(step, "no trainable rows; no optimizer step");
-                (
-                    Default::default(),
-                    Default::default(),
-                    self.topology.worker.policy_version(),
+            let out = if trainable {
+                let batch = draw.train.clone();
+                Some(
+                    learner
+                        .ask("learner", |r| LearnerMsg::GrpoStep(batch, r))
+                        .await?
+                        .map_err(|e| anyhow!("train step {step}: learner: {e}"))?,
                 )
+            } else {
+                None
             };
-            let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
-            self.save_weights(path.clone()).await?;
-            let role = |r: Role| per_role.get(&r.to_string()).copied().unwrap_or_default();
-            let (act, reh) = (role(Role::Act), role(Role::Rehearse));
+            let skipped = out.as_ref().is_none_or(|o| o.skipped);
+            let version = out.as_ref().map_or_else(
+                || self.topology.worker.policy_version(),
+                |o| o.policy_version,
+            );
+            if skipped {
+                tracing::warn!(
+                    step,
+                    groups = draw.groups,
+                    "no group with a reward spread: step skipped, weights unchanged"
+                );
+            }
+            // A skipped step changed no weight: its checkpoint is the previous one.
+            let path = match (&last_checkpoint, skipped) {
+                (Some(previous), true) => previous.clone(),
+                _ => {
+                    let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
+                    self.save_weights(path.clone()).await?;
+                    path
+                }
+            };
+            let (informative_act, informative_rehearse) = out
+                .as_ref()
+                .map_or((0, 0), |o| informative_rows(&draw.train, &o.advantages));
+            let all_role = |r: Role| {
+                rollouts
+                    .per_role
+                    .get(&r.to_string())
+                    .copied()
+                    .unwrap_or(RoleStats {
+                        reward_mean: f64::NAN,
+                        ..RoleStats::default()
+                    })
+            };
+            let trained_role = |r: Role| {
+                out.as_ref()
+                    .and_then(|o| o.per_role.get(&r.to_string()).copied())
+                    .unwrap_or_default()
+            };
+            let stats = out.as_ref().map(|o| o.stats).unwrap_or_default();
+            let (act, reh) = (trained_role(Role::Act), trained_role(Role::Rehearse));
             let m = StepMetrics {
                 step,
                 policy_version: version.0,
                 reward_mean,
-                reward_mean_act: act.reward_mean,
-                reward_mean_rehearse: reh.reward_mean,
+                reward_mean_act: all_role(Role::Act).reward_mean,
+                reward_mean_rehearse: all_role(Role::Rehearse).reward_mean,
                 adv_mean_act: act.adv_mean,
                 adv_std_act: act.adv_std,
                 adv_mean_rehearse: reh.adv_mean,
@@ -159,36 +220,20 @@ impl Pipeline {
                 grad_norm: stats.grad_norm,
                 tokens: step_tokens,
                 tokens_per_s: step_tokens as f64 / secs(step_start).max(1e-9),
-                rows_act: act.rows,
-                rows_rehearse: reh.rows,
+                rows_act: all_role(Role::Act).rows,
+                rows_rehearse: all_role(Role::Rehearse).rows,
                 trajectories: trajectories.len() as u64,
                 real_env_calls: calls,
                 wall_s: secs(step_start),
+                skipped,
+                groups: draw.groups as u64,
+                zero_variance_groups: draw.zero_variance as u64,
+                zero_variance_fraction: draw.zero_variance as f64 / draw.groups.max(1) as f64,
+                informative_rows_act: informative_act,
+                informative_rows_rehearse: informative_rehearse,
+                draw_rounds: draw.rounds as u64,
             };
-            for (name, v) in [
-                ("reward_mean", m.reward_mean),
-                ("loss", m.loss),
-                ("kl", m.kl),
-                ("clip_frac", m.clip_frac),
-                ("tokens_per_s", m.tokens_per_s),
-            ] {
-                metrics::gauge!(format!("train_{name}")).set(v);
-            }
-            for (r, s) in [("act", act), ("rehearse", reh)] {
-                metrics::gauge!("train_reward_mean_role", "role" => r).set(s.reward_mean);
-                metrics::gauge!("train_adv_mean", "role" => r).set(s.adv_mean);
-                metrics::gauge!("train_adv_std", "role" => r).set(s.adv_std);
-                metrics::gauge!("train_rows", "role" => r).set(s.rows as f64);
-            }
-            metrics::counter!("train_real_env_calls").increment(calls);
-            tracing::info!(
-                step,
-                reward = m.reward_mean,
-                loss = m.loss,
-                rows_act = m.rows_act,
-                rows_rehearse = m.rows_rehearse,
-                "train step"
-            );
+            record_step_metrics(&m);
             let state = RunState {
                 run: run.clone(),
                 step: step + 1,
@@ -199,7 +244,7 @@ impl Pipeline {
             let checkpoint = Checkpoint {
                 run: run.clone(),
                 step: step + 1,
-                path,
+                path: path.clone(),
                 metrics: [
                     ("reward_mean".to_string(), m.reward_mean),
                     ("loss".to_string(), m.loss),
@@ -218,23 +263,31 @@ impl Pipeline {
                 .await?
                 .map_err(|e| anyhow!(e))?;
             // The previous step's weights are no longer the committed checkpoint.
-            if step > 0 {
-                let old = self.checkpoint_path(&format!("{TRAIN_RUN}-step{step}"));
-                if let Err(e) = std::fs::remove_file(&old) {
-                    tracing::debug!(path = %old.display(), error = %e, "old checkpoint kept");
+            if let Some(old) = last_checkpoint.replace(path.clone()) {
+                if old != path && old.starts_with(self.dir.join("checkpoints")) {
+                    if let Err(e) = std::fs::remove_file(&old) {
+                        tracing::debug!(path = %old.display(), error = %e, "old checkpoint kept");
+                    }
                 }
             }
             self.report.train.steps.push(m);
-            self.report.train.real_env_calls = self.topology.real_env_calls() - calls_before;
-            self.save_report()?;
+            self.report.train.real_env_calls = training_calls(self, eval_calls);
             bar.inc(1);
+            let done = step + 1;
+            if let Some(every) = self.cfg.train.eval_every {
+                if done % every.max(1) == 0 || done == self.cfg.train.steps {
+                    eval_calls += self.periodic_eval(done).await?;
+                }
+            }
+            self.save_report()?;
         }
         bar.finish_and_clear();
-        let calls = self.topology.real_env_calls() - calls_before;
+        let calls = training_calls(self, eval_calls);
         self.report.train.real_env_calls = calls;
         eprintln!(
-            "train: {} steps done, real environment calls during training: {calls}",
-            self.cfg.train.steps
+            "train: {} steps done, real environment calls during training: {calls}\n{}",
+            self.cfg.train.steps,
+            self.report.train.summary()
         );
         let previous = self.report.stages.get("train").cloned().unwrap_or_default();
         let resumed_run = resumed.is_some();
@@ -252,6 +305,46 @@ impl Pipeline {
         };
         self.record_stage("train", stage.clone());
         Ok(stage)
+    }
+
+    /// Evaluates the current weights on the first `train.eval_tasks` tasks of the eval split
+    /// (with Rehearse fidelity) and records it after `step` training steps; returns the real
+    /// environment calls it made.
+    ///
+    /// # Errors
+    /// As [`Pipeline::eval`].
+    async fn periodic_eval(&mut self, step: u64) -> Result<u64> {
+        let before = self.topology.real_env_calls();
+        let (split, tasks) = self.eval_tasks(Some(self.cfg.train.eval_tasks))?;
+        let e = self
+            .evaluate(
+                &format!("train-step{step}"),
+                split,
+                tasks,
+                self.cfg.eval.fidelity_calls_per_task,
+            )
+            .await?;
+        let fidelity = e
+            .fidelity
+            .as_ref()
+            .map_or(crate::stats::Interval::NAN, |f| f.equal_values);
+        eprintln!(
+            "train: evaluation after step {step} on {} {} tasks: checklist score {} %, \
+             rehearse fidelity (exact) {} %",
+            e.tasks,
+            split.name(),
+            e.metrics.checklist_score.display(true),
+            fidelity.display(true)
+        );
+        self.report.train.evals.push(PeriodicEval {
+            step,
+            policy_version: self.topology.worker.policy_version().0,
+            metrics: e.metrics,
+            fidelity_equal_values: fidelity,
+            tasks: e.tasks,
+            wall_s: e.wall_s,
+        });
+        Ok(self.topology.real_env_calls() - before)
     }
 
     /// The last committed checkpoint of the training run, if any.
@@ -308,11 +401,31 @@ impl Pipeline {
 }
 
 impl Pipeline {
-    /// The rollouts of one training step: `train.k` self-rehearsal episodes for each of
-    /// `train.tasks_per_step` train tasks from `cursor` (wrapping), run concurrently; sampling
-    /// seeds derive from `train.seed`, the step, the task's index and the sample, so the same
-    /// config gives the same rollouts. Returned sorted by (task, sample); a failed episode is
-    /// kept as an `ActorFailed` trajectory, never dropped.
+    /// One step's rollouts ([`draw_groups`] over this run's train tasks from `cursor`).
+    async fn draw_step(
+        &self,
+        agents: &Agents,
+        pool: &SeedPool,
+        run: &RunId,
+        step: u64,
+        cursor: usize,
+        stop_ids: &[u32],
+    ) -> StepDraw {
+        draw_groups(
+            &self.cfg.train,
+            self.suite.train.len(),
+            stop_ids,
+            |offset, n| self.rollout_group(agents, pool, run, step, cursor + offset, n, offset),
+        )
+        .await
+    }
+
+    /// `train.k` self-rehearsal episodes for each of `n` train tasks from `cursor` (wrapping),
+    /// run concurrently; sampling seeds derive from `train.seed`, the step, the task's draw
+    /// index in the step (`offset + i`) and the sample, so the same config gives the same
+    /// rollouts. Returned sorted by (task, sample); a failed episode is kept as an
+    /// `ActorFailed` trajectory, never dropped.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn rollout_group(
         &self,
         agents: &Agents,
@@ -320,10 +433,12 @@ impl Pipeline {
         run: &RunId,
         step: u64,
         cursor: usize,
+        n: usize,
+        offset: usize,
     ) -> Vec<Trajectory> {
         let train = &self.suite.train;
         let mut set = tokio::task::JoinSet::new();
-        for i in 0..self.cfg.train.tasks_per_step {
+        for i in 0..n {
             let task = Arc::new(train[(cursor + i) % train.len()].clone());
             let facts = Arc::new(pool.facts_for(
                 &task,
@@ -340,7 +455,7 @@ impl Pipeline {
                     sample,
                     seed: self.cfg.train.seed
                         ^ (step << 32)
-                        ^ ((i as u64) << 16)
+                        ^ (((offset + i) as u64) << 16)
                         ^ u64::from(sample),
                 };
                 let (agents, ep) = (agents.clone(), self.cfg.rollout.clone());
@@ -350,5 +465,271 @@ impl Pipeline {
         let mut trajectories: Vec<Trajectory> = set.join_all().await;
         trajectories.sort_by(|a, b| (&a.task, a.sample).cmp(&(&b.task, b.sample)));
         trajectories
+    }
+}
+
+/// Draws one step's groups with dynamic sampling (see [`crate::config::TrainConfig`]):
+/// `rollout(offset, n)` plays the `n` tasks after the first `offset` of the step (K
+/// trajectories each, sorted by task). Rounds continue until the step has
+/// `cfg.tasks_per_step` informative groups or has drawn `cfg.max_tasks()` tasks — never more
+/// than `available`, so no task is drawn twice in a step. Without dynamic sampling: one round
+/// of `tasks_per_step` tasks, all trained.
+pub async fn draw_groups<F, Fut>(
+    cfg: &TrainConfig,
+    available: usize,
+    stop_ids: &[u32],
+    mut rollout: F,
+) -> StepDraw
+where
+    F: FnMut(usize, usize) -> Fut,
+    Fut: std::future::Future<Output = Vec<Trajectory>>,
+{
+    let max = cfg.max_tasks().min(available);
+    let mut draw = StepDraw::default();
+    let mut informative = 0;
+    loop {
+        let want = if cfg.dynamic_sampling {
+            cfg.tasks_per_step.saturating_sub(informative)
+        } else {
+            cfg.tasks_per_step
+        };
+        let n = want.min(max - draw.tasks);
+        if n == 0 {
+            break;
+        }
+        let trajectories = rollout(draw.tasks, n).await;
+        draw.rounds += 1;
+        draw.tasks += n;
+        for group in trajectories.chunk_by(|a, b| a.task == b.task) {
+            draw.groups += 1;
+            let signal = is_informative(group, &cfg.learner.grpo, stop_ids);
+            if signal {
+                informative += 1;
+            } else {
+                draw.zero_variance += 1;
+            }
+            if signal || !cfg.dynamic_sampling {
+                draw.train.extend(group.iter().cloned());
+            }
+        }
+        draw.all.extend(trajectories);
+        if !cfg.dynamic_sampling || informative >= cfg.tasks_per_step {
+            break;
+        }
+    }
+    draw
+}
+
+/// What one step drew.
+#[derive(Debug, Default)]
+pub struct StepDraw {
+    /// Every trajectory rolled out (all stored).
+    pub all: Vec<Trajectory>,
+    /// The trajectories the step trains on: the informative groups' (with dynamic sampling),
+    /// or all of them.
+    pub train: Vec<Trajectory>,
+    /// Tasks drawn, groups, groups without a reward spread, sampling rounds.
+    pub tasks: usize,
+    pub groups: usize,
+    pub zero_variance: usize,
+    pub rounds: usize,
+}
+
+/// True when some row of the group has a non-zero role-wise advantage: its rewards differ
+/// (within a role, the empty-row penalty included), so the group carries a training signal.
+pub fn is_informative(group: &[Trajectory], grpo: &GrpoConfig, stop_ids: &[u32]) -> bool {
+    grpo_batch(group, grpo, stop_ids)
+        .advantages
+        .iter()
+        .flatten()
+        .any(|a| a.is_some_and(|a| a != 0.0))
+}
+
+/// Rows with a non-zero advantage per role (Act, Rehearse), given the advantages the learner
+/// trained `trajectories` with.
+fn informative_rows(trajectories: &[Trajectory], advantages: &[Vec<Option<f32>>]) -> (u64, u64) {
+    let (mut act, mut rehearse) = (0, 0);
+    for (t, adv) in trajectories.iter().zip(advantages) {
+        for (row, a) in t.rows.iter().zip(adv) {
+            if a.is_some_and(|a| a != 0.0) {
+                match row.role {
+                    Role::Act => act += 1,
+                    Role::Rehearse => rehearse += 1,
+                }
+            }
+        }
+    }
+    (act, rehearse)
+}
+
+/// Publishes a step's numbers as `metrics` gauges and a tracing event.
+fn record_step_metrics(m: &StepMetrics) {
+    for (name, v) in [
+        ("reward_mean", m.reward_mean),
+        ("loss", m.loss),
+        ("kl", m.kl),
+        ("clip_frac", m.clip_frac),
+        ("grad_norm", m.grad_norm),
+        ("tokens_per_s", m.tokens_per_s),
+        ("zero_variance_fraction", m.zero_variance_fraction),
+    ] {
+        metrics::gauge!(format!("train_{name}")).set(v);
+    }
+    for (r, reward, adv, std, rows) in [
+        (
+            "act",
+            m.reward_mean_act,
+            m.adv_mean_act,
+            m.adv_std_act,
+            m.rows_act,
+        ),
+        (
+            "rehearse",
+            m.reward_mean_rehearse,
+            m.adv_mean_rehearse,
+            m.adv_std_rehearse,
+            m.rows_rehearse,
+        ),
+    ] {
+        metrics::gauge!("train_reward_mean_role", "role" => r).set(reward);
+        metrics::gauge!("train_adv_mean", "role" => r).set(adv);
+        metrics::gauge!("train_adv_std", "role" => r).set(std);
+        metrics::gauge!("train_rows", "role" => r).set(rows as f64);
+    }
+    metrics::counter!("train_skipped_steps").increment(u64::from(m.skipped));
+    metrics::counter!("train_real_env_calls").increment(m.real_env_calls);
+    tracing::info!(
+        step = m.step,
+        reward = m.reward_mean,
+        loss = m.loss,
+        grad_norm = m.grad_norm,
+        skipped = m.skipped,
+        groups = m.groups,
+        zero_variance = m.zero_variance_groups,
+        "train step"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{ExecutionMode, PolicyVersion, Row, TaskId, Timings};
+
+    /// K trajectories of `task` with `rewards`, one Act row each.
+    fn group(task: usize, rewards: &[f32]) -> Vec<Trajectory> {
+        rewards
+            .iter()
+            .enumerate()
+            .map(|(sample, &reward)| Trajectory {
+                run: RunId::from("t"),
+                step: 0,
+                task: TaskId(format!("task_{task:03}")),
+                sample: sample as u32,
+                mode: ExecutionMode::Rehearsal,
+                rows: vec![Row {
+                    role: Role::Act,
+                    prompt_ids: vec![1],
+                    completion_ids: vec![5, 6],
+                    logprobs: vec![-1.0, -1.0],
+                    policy_version: PolicyVersion(0),
+                }],
+                messages: Vec::new(),
+                reward,
+                verdicts: Vec::new(),
+                termination: Termination::Completed,
+                timings: Timings::default(),
+            })
+            .collect()
+    }
+
+    /// Draws with task `i` informative exactly when `informative(i)`.
+    async fn draw(cfg: &TrainConfig, informative: fn(usize) -> bool) -> (StepDraw, Vec<usize>) {
+        let mut asked = Vec::new();
+        let d = draw_groups(cfg, 150, &[2], |offset, n| {
+            asked.push(n);
+            let out: Vec<Trajectory> = (offset..offset + n)
+                .flat_map(|i| {
+                    group(
+                        i,
+                        if informative(i) {
+                            &[0.0, 0.5]
+                        } else {
+                            &[0.2, 0.2]
+                        },
+                    )
+                })
+                .collect();
+            async move { out }
+        })
+        .await;
+        (d, asked)
+    }
+
+    fn cfg(dynamic: bool) -> TrainConfig {
+        TrainConfig {
+            tasks_per_step: 2,
+            dynamic_sampling: dynamic,
+            max_tasks_per_step: Some(6),
+            ..TrainConfig::default()
+        }
+    }
+
+    fn tasks(ts: &[Trajectory]) -> Vec<String> {
+        let mut ids: Vec<String> = ts.iter().map(|t| t.task.0.clone()).collect();
+        ids.dedup();
+        ids
+    }
+
+    #[test]
+    fn dynamic_sampling_draws_past_zero_variance_groups() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        // Tasks 0, 1, 2 give equal rewards; 3 and 4 differ.
+        let (d, asked) = rt.block_on(draw(&cfg(true), |i| i >= 3));
+        // Round 1: tasks 0-1 (none informative); round 2: 2-3 (one); round 3: task 4.
+        assert_eq!(asked, vec![2, 2, 1]);
+        assert_eq!((d.tasks, d.groups, d.zero_variance, d.rounds), (5, 5, 3, 3));
+        assert_eq!(tasks(&d.train), ["task_003", "task_004"]);
+        assert_eq!(d.all.len(), 10, "every trajectory drawn is kept");
+    }
+
+    #[test]
+    fn dynamic_sampling_stops_at_its_bound() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        let (d, asked) = rt.block_on(draw(&cfg(true), |_| false));
+        assert_eq!(asked, vec![2, 2, 2]);
+        assert_eq!((d.tasks, d.zero_variance), (6, 6));
+        assert!(
+            d.train.is_empty(),
+            "no informative group: nothing to train, a skipped step"
+        );
+        // Informative from the start: one round.
+        let (d, asked) = rt.block_on(draw(&cfg(true), |_| true));
+        assert_eq!((asked, d.rounds, d.train.len()), (vec![2], 1, 4));
+    }
+
+    #[test]
+    fn without_dynamic_sampling_one_round_is_trained_whole() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("rt");
+        let (d, asked) = rt.block_on(draw(&cfg(false), |i| i == 1));
+        assert_eq!(asked, vec![2]);
+        assert_eq!((d.groups, d.zero_variance), (2, 1));
+        assert_eq!(tasks(&d.train), ["task_000", "task_001"]);
+    }
+
+    #[test]
+    fn an_empty_row_penalty_alone_makes_a_group_informative() {
+        let grpo = GrpoConfig::default();
+        let mut g = group(0, &[0.0, 0.0]);
+        assert!(!is_informative(&g, &grpo, &[2]));
+        // Equal rewards, but one row's text is only the end token: −0.1 on it.
+        g[1].rows[0].completion_ids = vec![2];
+        g[1].rows[0].logprobs = vec![-1.0];
+        assert!(is_informative(&g, &grpo, &[2]));
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// Which role of the shared policy produced a generation (EnvACE §3: Act emits tool calls or a
 /// final answer, Rehearse predicts a tool's result).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// The agent's turn: tool calls or a final answer.

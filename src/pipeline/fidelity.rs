@@ -1,0 +1,227 @@
+//! Rehearse fidelity: how well the policy's internal world model predicts real tool results.
+//!
+//! For each evaluated task, its ground truth is replayed in the real environment (a seed
+//! trajectory made for evaluation only: never stored, never trained on, never a few-shot fact),
+//! and each of its real calls (at most `eval.fidelity_calls_per_task`, in call order) is put to
+//! the Rehearse role exactly as a rollout would: the same prompt in the run's protocol
+//! ([`super::seed_rows`]: the conversation of the replay before the Act turn, the Act turn, the
+//! call), few-shot facts from *train* seeds of the same tools only, through the Rehearsal actor
+//! and its parser. Generation is greedy (the world model's most likely answer), with the
+//! rollouts' Rehearse token budget.
+//!
+//! Each prediction is compared with the real result in the form the protocol trains on (a
+//! JSON object or array; anything else wrapped as `{"result": …}`):
+//!
+//! * **valid JSON**: the output parses in the protocol's format as an object or array;
+//! * **same keys**: it has the real result's shape — an object with the same key set, or an
+//!   array of the same length;
+//! * **equal values**: it equals the real result (JSON equality, `1 == 1.0`).
+//!
+//! Each is reported overall with a bootstrap interval over tasks, and as counts per API class.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use serde_json::Value;
+
+use super::seed_rows::{seed_rows, warmup_facts};
+use super::{secs, Pipeline};
+use crate::actors::protocol::{canonical_result, RolloutProtocol};
+use crate::actors::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
+use crate::actors::EpisodeTask;
+use crate::bfcl::env::BfclEnv;
+use crate::bfcl::episode::collect_seed;
+use crate::bfcl::judge::json_eq;
+use crate::kernels::SamplingParams;
+use crate::report::{FidelityCall, FidelityCounts, FidelityReport};
+use crate::stats::{bootstrap, PerTask};
+use crate::storage::Role;
+
+/// The three checks of the module doc for one prediction (`None`: it did not parse).
+pub fn compare(predicted: Option<&Value>, real_result: &str) -> (bool, bool, bool) {
+    let Some(predicted) = predicted else {
+        return (false, false, false);
+    };
+    let real: Value = serde_json::from_str(&canonical_result(real_result)).unwrap_or(Value::Null);
+    let same_shape = match (predicted, &real) {
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.keys().all(|k| b.contains_key(k))
+        }
+        (Value::Array(a), Value::Array(b)) => a.len() == b.len(),
+        _ => false,
+    };
+    (true, same_shape, same_shape && json_eq(predicted, &real))
+}
+
+/// The first `max` characters of `text` (with `…` when cut).
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    } else {
+        text.to_string()
+    }
+}
+
+impl Pipeline {
+    /// Rehearse fidelity on the real calls of `tasks` (see the module doc).
+    ///
+    /// # Errors
+    /// A task without ground truth, a replay the environment refuses, a seed whose rows
+    /// cannot be built, or a Rehearsal actor that is gone.
+    pub async fn fidelity(
+        &self,
+        tasks: &[EpisodeTask],
+        per_task: Option<usize>,
+    ) -> Result<FidelityReport> {
+        let start = Instant::now();
+        let pool = self.seed_pool().await?;
+        let mut env = BfclEnv::new(self.suite.docs.clone());
+        let inline = self.cfg.protocol.mode == RolloutProtocol::Inline;
+        let params = SamplingParams {
+            temperature: 0.0,
+            max_new_tokens: self.cfg.rollout.rehearse_max_new_tokens,
+            ..SamplingParams::default()
+        };
+        let mut report = FidelityReport::default();
+        let mut set = tokio::task::JoinSet::new();
+        for task in tasks {
+            let bfcl = self
+                .suite
+                .task(&task.id.0)
+                .ok_or_else(|| anyhow!("fidelity: task {} has no ground truth", task.id))?;
+            let replay = collect_seed(bfcl, &mut env)?;
+            report.real_env_calls += replay.env_calls as u64;
+            let rows = seed_rows(&self.topology.kit, task, &replay.seed, &pool, &self.cfg)?;
+            let facts = Arc::new(warmup_facts(&pool, task, &self.cfg));
+            let shared = Arc::new(task.clone());
+            let calls = rows
+                .into_iter()
+                .filter(|r| r.role == Role::Rehearse)
+                .filter_map(|r| r.call.map(|c| (r.row, c)))
+                .take(per_task.unwrap_or(usize::MAX));
+            for (row, call) in calls {
+                let class = self
+                    .suite
+                    .docs
+                    .find(&bfcl.involved_classes, &call.call.name)
+                    .map_or_else(|| "unknown".to_string(), |d| d.class.clone());
+                let request = RehearseRequest {
+                    task: shared.clone(),
+                    facts: facts.clone(),
+                    history: call.history,
+                    act_text: call.act_text,
+                    call: call.call,
+                    rendering: self.cfg.protocol.tool_rendering,
+                    params: params.clone(),
+                    prompt_ids: inline.then_some(row.prompt_ids),
+                };
+                let rehearsal = self.topology.rehearsal.pick().clone();
+                let (id, real) = (task.id.0.clone(), call.exchange);
+                set.spawn(async move {
+                    let turn = rehearsal
+                        .ask("rehearsal", |r| RehearsalMsg::Rehearse(request, r))
+                        .await;
+                    (id, class, real, turn)
+                });
+            }
+        }
+        let mut per_call = Vec::new();
+        for (task, class, real, turn) in set.join_all().await {
+            let turn = turn
+                .map_err(|e| anyhow!("fidelity: {e}"))?
+                .map_err(|e| anyhow!("fidelity: {e}"))?;
+            let (text, parsed) = match turn {
+                RehearseTurn::Generated { row, text, parsed } => {
+                    report.tokens += (row.prompt_ids.len() + row.completion_ids.len()) as u64;
+                    (text, parsed.ok())
+                }
+                RehearseTurn::LengthExceeded { prompt_tokens } => (
+                    format!("(prompt of {prompt_tokens} tokens exceeds the context)"),
+                    None,
+                ),
+            };
+            let (valid, keys, equal) = compare(parsed.as_ref(), &real.result_json);
+            per_call.push(FidelityCall {
+                task,
+                tool: real.name,
+                class,
+                valid_json: valid,
+                same_keys: keys,
+                equal_values: equal,
+                predicted: clip(text.trim(), 300),
+                real: clip(&real.result_json, 300),
+            });
+        }
+        per_call.sort_by(|a, b| a.task.cmp(&b.task));
+        let mut by_task: BTreeMap<&str, [PerTask; 3]> = BTreeMap::new();
+        for c in &per_call {
+            let e = by_task
+                .entry(c.task.as_str())
+                .or_insert([PerTask::new(0.0, 0.0); 3]);
+            for (slot, hit) in e
+                .iter_mut()
+                .zip([c.valid_json, c.same_keys, c.equal_values])
+            {
+                slot.num += f64::from(u8::from(hit));
+                slot.den += 1.0;
+            }
+            let k = report
+                .per_class
+                .entry(c.class.clone())
+                .or_insert(FidelityCounts::default());
+            k.calls += 1;
+            k.valid_json += u64::from(c.valid_json);
+            k.same_keys += u64::from(c.same_keys);
+            k.equal_values += u64::from(c.equal_values);
+        }
+        let column = |i: usize| by_task.values().map(|v| v[i]).collect::<Vec<_>>();
+        report.valid_json = bootstrap(&column(0), 0);
+        report.same_keys = bootstrap(&column(1), 0);
+        report.equal_values = bootstrap(&column(2), 0);
+        report.calls = per_call.len() as u64;
+        report.tasks = by_task.len() as u64;
+        report.per_call = per_call;
+        report.wall_s = secs(start);
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn valid_same_keys_equal_values() {
+        let real = r#"{"current_working_directory": "docs", "n": 1}"#;
+        assert_eq!(compare(None, real), (false, false, false));
+        let v = json!({"current_working_directory": "docs", "n": 1.0});
+        assert_eq!(compare(Some(&v), real), (true, true, true));
+        let v = json!({"n": 2, "current_working_directory": "docs"});
+        assert_eq!(compare(Some(&v), real), (true, true, false));
+        let v = json!({"cwd": "docs", "n": 1});
+        assert_eq!(compare(Some(&v), real), (true, false, false));
+        // Arrays: the same length is the same shape.
+        assert_eq!(
+            compare(Some(&json!(["a", "b"])), r#"["a", "c"]"#),
+            (true, true, false)
+        );
+        assert_eq!(
+            compare(Some(&json!(["a"])), r#"["a", "c"]"#),
+            (true, false, false)
+        );
+        // A result that is not JSON is compared in the wrapped form the protocol trains on.
+        let wrapped = json!({"result": "cd: temp: No such directory"});
+        assert_eq!(
+            compare(Some(&wrapped), "cd: temp: No such directory"),
+            (true, true, true)
+        );
+        assert_eq!(
+            compare(Some(&json!({"result": 1})), "None"),
+            (true, true, false)
+        );
+    }
+}
