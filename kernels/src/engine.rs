@@ -22,9 +22,13 @@ use tch::{Kind, Tensor};
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 use crate::model::Model;
-use crate::prefix_cache::{PrefixCache, MIN_REUSE_TOKENS};
+use crate::prefix_cache::{common_prefix, PrefixCache, MIN_REUSE_TOKENS};
 use crate::sampling::{sample, RowSampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
+
+/// Waiting prompts sharing this many more tokens with a prompt being prefilled than the prefix
+/// cache can give wait one step to copy them instead (see `Engine::admit`).
+pub const DEFER_MIN_SHARED: usize = 64;
 
 /// One prompt to complete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -284,19 +288,46 @@ impl<'a> Engine<'a> {
 
     /// Moves waiting requests into free slots; samples their first token. Prompts with a cached
     /// prefix copy its KV and prefill the rest alone; the others share one batched prefill.
+    ///
+    /// A waiting prompt that shares at least [`DEFER_MIN_SHARED`] more leading tokens with a
+    /// prompt prefilled in this admission than the prefix cache can give it waits for the next
+    /// step instead: the prefilled prompts are kept in the cache right away, so it then copies
+    /// that prefix (the K samples of a task, or tasks with the same tools, compute their common
+    /// prompt once).
     fn admit(&mut self) -> Result<Vec<(RequestId, Completion)>> {
         let mut admitted: Vec<Admitted> = Vec::new();
         // Padded prefill cost so far: batched rows × their longest prompt, plus hits' suffixes.
         let (mut rows, mut longest, mut extend_tokens) = (0, 0, 0);
+        let mut next_waiting = 0;
         for slot in 0..self.slots.len() {
             if self.slots[slot].is_some() {
                 continue;
             }
-            let Some((_, next)) = self.waiting.front() else {
+            // The first waiting request that is not deferred (see above).
+            let pick = loop {
+                let Some((_, next)) = self.waiting.get(next_waiting) else {
+                    break None;
+                };
+                let reuse = self.prefix.peek(&next.prompt_ids);
+                let shared = if self.prefix.budget() == 0 {
+                    0
+                } else {
+                    admitted
+                        .iter()
+                        .filter(|a| a.reuse == 0)
+                        .map(|a| common_prefix(&a.request.prompt_ids, &next.prompt_ids))
+                        .max()
+                        .unwrap_or(0)
+                };
+                if shared >= reuse + DEFER_MIN_SHARED {
+                    next_waiting += 1;
+                    continue;
+                }
+                break Some((next_waiting, next.prompt_ids.len(), reuse));
+            };
+            let Some((at, len, reuse)) = pick else {
                 break;
             };
-            let len = next.prompt_ids.len();
-            let reuse = self.prefix.peek(&next.prompt_ids);
             let cost = if reuse > 0 {
                 rows * longest + extend_tokens + (len - reuse)
             } else {
@@ -305,7 +336,7 @@ impl<'a> Engine<'a> {
             if !admitted.is_empty() && cost > self.config.max_prefill_tokens {
                 break;
             }
-            let Some((id, request)) = self.waiting.pop_front() else {
+            let Some((id, request)) = self.waiting.remove(at) else {
                 break;
             };
             if reuse > 0 {
@@ -402,12 +433,21 @@ impl<'a> Engine<'a> {
                 .iter()
                 .map(|a| a.request.prompt_ids.len() as i64 - 1)
                 .collect();
-            Some(model.prefill(
+            let logits = model.prefill(
                 &input,
                 &Tensor::from_slice(&slots).to_device(device),
                 &Tensor::from_slice(&last).to_device(device),
                 cache,
-            ))
+            );
+            // Keep the prompts at once, for the requests deferred above.
+            for a in &misses {
+                let len = a.request.prompt_ids.len();
+                if len >= MIN_REUSE_TOKENS && len <= self.prefix.budget() {
+                    let (k, v) = cache.read_slot(a.slot, len);
+                    self.prefix.insert(a.request.prompt_ids.clone(), k, v);
+                }
+            }
+            Some(logits)
         };
         // One row per admitted request, in admission order.
         let mut next_miss = 0;
@@ -681,6 +721,37 @@ mod tests {
         assert_eq!(stats.prefix_hits, 1);
         assert_eq!(stats.prefill_tokens_reused, 30);
         assert_eq!(stats.prefill_tokens_computed, 40 + 8 + 25);
+    }
+
+    #[test]
+    fn prompts_sharing_a_prefix_in_one_admission_compute_it_once() {
+        let model = model();
+        // Four samples of one prompt and two prompts sharing its first 80 tokens, all queued
+        // together (the K samples of a task; tasks with the same tools).
+        let prompt = tokens(7, 100);
+        let mut sibling = prompt[..80].to_vec();
+        sibling.extend(tokens(8, 20));
+        let mut cousin = prompt[..80].to_vec();
+        cousin.extend(tokens(9, 20));
+        let requests = || {
+            let mut r: Vec<GenerationRequest> = (0..4).map(|_| greedy(&prompt, 6)).collect();
+            r.push(greedy(&sibling, 6));
+            r.push(greedy(&cousin, 6));
+            r
+        };
+        let mut off = engine(&model, 0);
+        let expected = off.generate(requests()).unwrap();
+        // Without a prefix cache every prompt is computed.
+        assert_eq!(off.stats().prefill_tokens_computed, 6 * 100);
+        let mut e = engine(&model, 16384);
+        let got = e.generate(requests()).unwrap();
+        assert_same(&expected, &got);
+        let s = e.stats();
+        // The first prompt is computed whole; the other five wait one step and copy it: the
+        // three copies of it compute their last token, the two others their 20 own tokens.
+        assert_eq!(s.prefix_hits, 5);
+        assert_eq!(s.prefill_tokens_computed, 100 + 3 + 20 + 20);
+        assert_eq!(s.prefill_tokens_reused, 3 * 99 + 2 * 80);
     }
 
     #[test]

@@ -233,21 +233,95 @@ impl PackedRows {
         mask
     }
 
+    /// The branch segments: maximal runs of nodes `T..L` in which each node's parent is the
+    /// node before it (a row's new tokens, inserted together), each with the packed indices of
+    /// the ancestors of its first node, root first (as many as its first node's position).
+    pub fn segments(&self) -> Vec<Segment> {
+        let mut out: Vec<Segment> = Vec::new();
+        for j in self.trunk..self.len() {
+            let continues = j > self.trunk && self.parent[j] == Some(j as u32 - 1);
+            match out.last_mut() {
+                Some(seg) if continues => seg.len += 1,
+                _ => {
+                    let mut ancestors = Vec::with_capacity(self.positions[j] as usize);
+                    let mut at = self.parent[j];
+                    while let Some(p) = at {
+                        ancestors.push(i64::from(p));
+                        at = self.parent[p as usize];
+                    }
+                    ancestors.reverse();
+                    out.push(Segment {
+                        start: j,
+                        len: 1,
+                        ancestors,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// The inputs of [`Model::forward_hidden_packed`] on `device`: ids `[1, L]` i64, positions
-    /// `[1, L]` i64 and the branch mask `[1, 1, L - T, L]` bool ([`branch_mask`](Self::branch_mask);
-    /// pass [`trunk_len`](Self::trunk_len) as the trunk).
-    pub fn inputs(&self, device: Device) -> (Tensor, Tensor, Tensor) {
+    /// `[1, L]` i64 and the attention layout (the trunk and the branch segments with their
+    /// ancestors).
+    pub fn inputs(&self, device: Device) -> (Tensor, Tensor, PackedLayout) {
         let l = self.len() as i64;
         let ids: Vec<i64> = self.ids.iter().map(|&t| i64::from(t)).collect();
         let ids = Tensor::from_slice(&ids).view([1, l]).to_device(device);
         let positions = Tensor::from_slice(&self.positions)
             .view([1, l])
             .to_device(device);
-        let mask = Tensor::from_slice(&self.branch_mask())
-            .view([1, 1, l - self.trunk as i64, l])
-            .to_device(device);
-        (ids, positions, mask)
+        let segments = self
+            .segments()
+            .into_iter()
+            .map(|s| {
+                let (n, p) = (s.len as i64, s.ancestors.len() as i64);
+                SegmentInputs {
+                    start: s.start as i64,
+                    len: n,
+                    ancestors: Tensor::from_slice(&s.ancestors).to_device(device),
+                    // Query i sees every ancestor and the segment's nodes up to itself.
+                    mask: Tensor::ones([n, p + n], (tch::Kind::Bool, device)).tril(p),
+                }
+            })
+            .collect();
+        let layout = PackedLayout {
+            trunk: self.trunk,
+            segments,
+        };
+        (ids, positions, layout)
     }
+}
+
+/// A run of branch nodes `start..start + len` whose every node's parent is the node before it;
+/// the first node's ancestors are `ancestors` (packed indices, root first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub start: usize,
+    pub len: usize,
+    pub ancestors: Vec<i64>,
+}
+
+/// How a packed sequence attends: the trunk `0..T` causally, each branch segment to its
+/// ancestors and itself ([`PackedRows::inputs`]).
+#[derive(Debug)]
+pub struct PackedLayout {
+    /// `T`: nodes `0..T` are a chain at positions `0..T`.
+    pub trunk: usize,
+    /// The branch segments, in node order, covering `T..L`.
+    pub segments: Vec<SegmentInputs>,
+}
+
+/// One branch segment on the device.
+#[derive(Debug)]
+pub struct SegmentInputs {
+    /// First node and node count.
+    pub start: i64,
+    pub len: i64,
+    /// `[p]` i64 packed indices of the first node's ancestors.
+    pub ancestors: Tensor,
+    /// `[len, p + len]` bool: causal over the segment, after every ancestor.
+    pub mask: Tensor,
 }
 
 /// Packed length, tokens, of `rows` in one trie (rows with an empty prompt or completion count
@@ -285,35 +359,36 @@ pub fn pack_groups(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> {
 }
 
 impl Model {
-    /// Tree-masked forward of a packed sequence: `ids, positions: [1, L]` i64, `trunk` the
-    /// trunk length `T` ([`PackedRows::trunk_len`]: nodes `0..T` are a chain at positions
-    /// `0..T`) and `branch_mask: [1, 1, L - T, L]` bool, the ancestor mask of queries `T..L`
-    /// (true where a query may attend to a key; see [`PackedRows::inputs`]) → final hidden
-    /// states `[1, L, hidden]` (model dtype). Records autograd unless called under `tch::no_grad`.
+    /// Tree-attention forward of a packed sequence: `ids, positions: [1, L]` i64 and the layout
+    /// ([`PackedRows::inputs`]) → final hidden states `[1, L, hidden]` (model dtype). Records
+    /// autograd unless called under `tch::no_grad`.
     ///
-    /// Per layer, trunk queries attend causally to trunk keys only (exact: a trunk node's
-    /// ancestors are all trunk nodes, branch nodes come after `T`), the fast `is_causal` path;
-    /// branch queries attend to all `L` keys through `branch_mask`.
+    /// Per layer, trunk queries `0..T` attend causally to trunk keys (exact: a trunk node's
+    /// ancestors are all trunk nodes), the fast `is_causal` path. Each branch segment's queries
+    /// attend to its ancestors' keys (gathered) followed by its own keys, causally: a segment
+    /// of `n` nodes whose first node has `p` ancestors costs `n × (p + n)` scores, not
+    /// `n × L`, so several trajectories (or a seed's Rehearse rows) in one pack cost what their
+    /// rows cost, without the quadratic penalty of a whole-pack mask.
     ///
-    /// Key/value heads are repeated to the query heads before attention instead of passing
-    /// `enable_gqa`: with an arbitrary mask the fused GPU kernels that take one reject grouped
-    /// heads, and the fallback materialises every head's `[L, L]` scores.
+    /// On the CPU, grouped key/value heads go to attention as they are (`enable_gqa`); on other
+    /// devices they are repeated to the query heads, since the fused GPU kernels that take an
+    /// arbitrary mask reject grouped heads.
     pub fn forward_hidden_packed(
         &self,
         ids: &Tensor,
         positions: &Tensor,
-        trunk: usize,
-        branch_mask: &Tensor,
+        layout: &PackedLayout,
     ) -> Tensor {
         let c = self.config();
         let group = (c.num_attention_heads / c.num_key_value_heads) as i64;
+        let gqa = group > 1 && self.device() == Device::Cpu;
         let l = ids.size().last().copied().unwrap_or(0);
-        let t = (trunk as i64).min(l);
+        let t = (layout.trunk as i64).min(l);
         let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for layer in &self.layers {
             let (q, k, v) = self.attention_inputs(layer, &x, &cos, &sin);
-            let (k, v) = if group > 1 {
+            let (k, v) = if group > 1 && !gqa {
                 (
                     k.repeat_interleave_self_int(group, 1, None),
                     v.repeat_interleave_self_int(group, 1, None),
@@ -321,8 +396,9 @@ impl Model {
             } else {
                 (k, v)
             };
-            let trunk_attn = || {
-                Tensor::scaled_dot_product_attention::<Tensor>(
+            let mut parts = Vec::with_capacity(layout.segments.len() + 1);
+            if t > 0 {
+                parts.push(Tensor::scaled_dot_product_attention::<Tensor>(
                     &q.narrow(2, 0, t),
                     &k.narrow(2, 0, t),
                     &v.narrow(2, 0, t),
@@ -330,25 +406,34 @@ impl Model {
                     0.0,
                     true,
                     None,
-                    false,
-                )
-            };
-            let branch_attn = || {
-                Tensor::scaled_dot_product_attention(
-                    &q.narrow(2, t, l - t),
-                    &k,
-                    &v,
-                    Some(branch_mask),
+                    gqa,
+                ));
+            }
+            for seg in &layout.segments {
+                let keys = |kv: &Tensor| {
+                    Tensor::cat(
+                        &[
+                            kv.index_select(2, &seg.ancestors),
+                            kv.narrow(2, seg.start, seg.len),
+                        ],
+                        2,
+                    )
+                };
+                parts.push(Tensor::scaled_dot_product_attention(
+                    &q.narrow(2, seg.start, seg.len),
+                    &keys(&k),
+                    &keys(&v),
+                    Some(&seg.mask),
                     0.0,
                     false,
                     None,
-                    false,
-                )
-            };
-            let attn = match (t > 0, t < l) {
-                (true, true) => Tensor::cat(&[trunk_attn(), branch_attn()], 2),
-                (true, false) => trunk_attn(),
-                (false, _) => branch_attn(),
+                    gqa,
+                ));
+            }
+            let attn = if parts.len() == 1 {
+                parts.remove(0)
+            } else {
+                Tensor::cat(&parts, 2)
             };
             x = self.layer_output(layer, &x, &attn);
         }
@@ -380,9 +465,9 @@ pub(crate) fn score_packed_counted(
     validate(model, rows, temperature)?;
     let pack = PackedRows::new(rows)?;
     let device = model.device();
-    let (ids, positions, branch_mask) = pack.inputs(device);
+    let (ids, positions, layout) = pack.inputs(device);
     let hidden = model
-        .forward_hidden_packed(&ids, &positions, pack.trunk_len(), &branch_mask)
+        .forward_hidden_packed(&ids, &positions, &layout)
         .squeeze_dim(0);
 
     // A completion node is one (predictor, token) pair: rows that share it share its log-prob,
@@ -547,12 +632,23 @@ mod tests {
             assert_eq!(row_of(j), (0..=j).collect::<Vec<_>>(), "trunk row {j}");
         }
         assert_eq!(pack.branch_mask(), mask[pack.trunk_len() * l..]);
-        let (ids, positions, mask_t) = pack.inputs(Device::Cpu);
+        let (ids, positions, layout) = pack.inputs(Device::Cpu);
         assert_eq!(ids.size(), [1, 9]);
         assert_eq!(positions.size(), [1, 9]);
-        assert_eq!(mask_t.size(), [1, 1, 2, 9]);
-        assert_eq!(mask_t.kind(), Kind::Bool);
-        assert_eq!(mask_t.sum(Kind::Int64).int64_value(&[]), 3 + 4);
+        // One branch segment, nodes 7 and 8, off the trunk after nodes 0 and 1: its mask is
+        // the branch rows of the tree mask restricted to ancestors and itself.
+        assert_eq!(
+            pack.segments(),
+            [Segment {
+                start: 7,
+                len: 2,
+                ancestors: vec![0, 1]
+            }]
+        );
+        let seg = &layout.segments[0];
+        assert_eq!(seg.mask.size(), [2, 4]);
+        assert_eq!(seg.mask.kind(), Kind::Bool);
+        assert_eq!(seg.mask.sum(Kind::Int64).int64_value(&[]), 3 + 4);
 
         assert!(PackedRows::new(&[row(&[], &[1])]).is_err());
     }
@@ -694,8 +790,15 @@ mod tests {
             (t - n..t).map(|i| i as u32).collect::<Vec<_>>()
         );
 
-        let (ids, positions, branch) = pack.inputs(Device::Cpu);
-        let split = tch::no_grad(|| model.forward_hidden_packed(&ids, &positions, t, &branch));
+        let (ids, positions, layout) = pack.inputs(Device::Cpu);
+        // Every branch node is in exactly one segment, and a segment's first node has as many
+        // ancestors as its position.
+        let segs = pack.segments();
+        assert_eq!(segs.iter().map(|s| s.len).sum::<usize>(), pack.len() - t);
+        for seg in &segs {
+            assert_eq!(seg.ancestors.len() as i64, pack.positions()[seg.start]);
+        }
+        let split = tch::no_grad(|| model.forward_hidden_packed(&ids, &positions, &layout));
         let full = tch::no_grad(|| forward_full_mask(&model, &pack));
         assert_eq!(split.size(), full.size());
         let diff = (&split - &full).abs().max().double_value(&[]);
@@ -703,11 +806,9 @@ mod tests {
 
         let alone = PackedRows::new(std::slice::from_ref(&longest)).unwrap();
         assert_eq!(alone.trunk_len(), alone.len());
-        let (ids, positions, branch) = alone.inputs(Device::Cpu);
-        assert_eq!(branch.size(), [1, 1, 0, t as i64]);
-        let packed = tch::no_grad(|| {
-            model.forward_hidden_packed(&ids, &positions, alone.trunk_len(), &branch)
-        });
+        let (ids, positions, layout) = alone.inputs(Device::Cpu);
+        assert!(layout.segments.is_empty());
+        let packed = tch::no_grad(|| model.forward_hidden_packed(&ids, &positions, &layout));
         let plain = tch::no_grad(|| model.forward_hidden(&ids));
         let diff = (&packed - &plain).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "lone row vs forward_hidden: {diff}");

@@ -193,7 +193,7 @@ impl PrefixCache {
 }
 
 /// Length of the longest common prefix of `a` and `b`.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
