@@ -255,20 +255,28 @@ impl RunConfig {
             max_restarts: 10,
         };
         c.judge = JudgeKind::DenseChecklist;
+        // A seed's user turn takes two Act turns (the calls, then the answer): four leave room
+        // for a retry and stop a policy that keeps calling from filling the context.
+        c.rollout.max_act_turns_per_user_turn = Some(3);
         c.rollout.max_user_turns = Some(1);
+        // 95 % of the seeds' call turns fit in 160 tokens, 97 % of their results in 80.
         c.rollout.act_max_new_tokens = 160;
-        c.rollout.rehearse_max_new_tokens = 64;
+        c.rollout.rehearse_max_new_tokens = 80;
         c.eval.act_max_new_tokens = 160;
-        // A seed's rows share their prefixes (the growing conversation, the Rehearse prompt's
-        // tools and facts): one packed forward per seed.
+        // Rows that share a prefix (a seed's or a trajectory's stream, the K samples of a
+        // task) are scored in one packed forward.
         c.sft.learner.pack_prefixes = true;
+        c.sft.learner.micro_batch_tokens = 8192;
+        c.train.learner.pack_prefixes = true;
         c.sft.learner.lr = 1e-4;
         c.train.dynamic_sampling = true;
         match preset {
             Preset::Smollm2 => {
-                c.sft.seeds = Some(20);
-                c.sft.seeds_per_step = 2;
-                c.train.steps = 4;
+                c.model.dtype = "bf16".into();
+                c.protocol.mode = RolloutProtocol::Inline;
+                c.sft.seeds = Some(12);
+                c.sft.seeds_per_step = 1;
+                c.train.steps = 3;
                 c.train.tasks_per_step = 2;
                 c.train.k = 4;
                 c.train.max_tasks_per_step = Some(4);
@@ -277,6 +285,8 @@ impl RunConfig {
                 c.eval.fidelity_calls_per_task = Some(1);
             }
             Preset::Long => {
+                c.model.dtype = "bf16".into();
+                c.protocol.mode = RolloutProtocol::Inline;
                 c.train.steps = 40;
                 c.train.tasks_per_step = 4;
                 c.train.k = 4;
@@ -300,6 +310,8 @@ impl RunConfig {
                 c.eval.tasks = Some(2);
                 c.eval.act_max_new_tokens = 24;
                 c.eval.fidelity_calls_per_task = Some(1);
+                c.train.eval_every = Some(1);
+                c.train.eval_tasks = 1;
             }
         }
         c.finish()
@@ -381,6 +393,9 @@ impl RunConfig {
             self.rollout.max_generation_calls,
             "rollout.max_generation_calls",
         )?;
+        if self.rollout.max_act_turns_per_user_turn == Some(0) {
+            return Err("rollout.max_act_turns_per_user_turn must be at least 1 (or left out)".into());
+        }
         positive(
             self.rollout.act_max_new_tokens,
             "rollout.act_max_new_tokens",
@@ -468,7 +483,7 @@ mod tests {
 
     #[test]
     fn presets_validate_and_round_trip_through_toml() {
-        for p in [Preset::Smollm2, Preset::Tiny] {
+        for p in [Preset::Smollm2, Preset::Long, Preset::Tiny] {
             let c = RunConfig::preset(p);
             c.validate().expect("preset validates");
             let back = RunConfig::from_toml(&c.to_toml()).expect("round trip");
@@ -495,7 +510,11 @@ mod tests {
     #[test]
     fn the_example_files_are_the_presets() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-        for (file, preset) in [("demo.toml", Preset::Smollm2), ("tiny.toml", Preset::Tiny)] {
+        for (file, preset) in [
+            ("demo.toml", Preset::Smollm2),
+            ("long.toml", Preset::Long),
+            ("tiny.toml", Preset::Tiny),
+        ] {
             let c = RunConfig::from_file(&dir.join(file)).expect("example parses");
             assert_eq!(
                 c,
@@ -528,11 +547,15 @@ mod tests {
         );
         let e = RunConfig::from_toml("[protocol]\nmode = \"stream\"\n").unwrap_err();
         assert!(e.contains("stream") || e.contains("mode"), "{e}");
-        for p in [Preset::Smollm2, Preset::Tiny] {
-            assert_eq!(
-                RunConfig::preset(p).protocol.mode,
-                RolloutProtocol::Reference
-            );
+        // The tests' preset plays the authors' protocol; the SmolLM2 presets the inline one.
+        assert_eq!(
+            RunConfig::preset(Preset::Tiny).protocol.mode,
+            RolloutProtocol::Reference
+        );
+        for p in [Preset::Smollm2, Preset::Long] {
+            let c = RunConfig::preset(p);
+            assert_eq!(c.protocol.mode, RolloutProtocol::Inline);
+            assert_eq!(c.rollout.protocol, RolloutProtocol::Inline);
         }
     }
 }

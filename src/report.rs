@@ -143,6 +143,8 @@ pub struct SftReport {
     /// Train seeds the warm-up used, and how many there were.
     pub seeds_used: u64,
     pub seeds_available: u64,
+    /// The task ids of the seeds used, in the stratified order they were chosen.
+    pub seeds: Vec<String>,
     /// Passes over the rows.
     pub epochs: u64,
     /// Rows and tokens of one epoch per role (`act`, `rehearse`): every row of every seed used.

@@ -413,8 +413,9 @@ fn complete_blocks_before_a_malformed_one_earn_dense_credit_but_are_not_executed
         assert_eq!(turns.len(), 1);
         assert!(turns[0].calls.is_empty() && turns[0].malformed && !turns[0].final_answer);
         assert_eq!(turns[0].unexecuted_calls.len(), 1);
-        // Turn 0: f = 0, credit 1/2 (cd of cd + ls) -> 0.8 * 0.5 = 0.4; R = 0.4 / 2 turns.
-        assert!((t.reward - 0.2).abs() < 1e-6, "{}", t.reward);
+        // Turn 0: f = 1/2 (a call, but a malformed, unfinished turn), credit 1/2 (cd of cd +
+        // ls): 0.2 * 0.5 + 0.8 * 0.5 = 0.5; R = 0.5 / 2 turns.
+        assert!((t.reward - 0.25).abs() < 1e-6, "{}", t.reward);
         w.topology.stop();
     });
 }
@@ -468,6 +469,16 @@ fn the_generation_cap_and_the_context_cap_end_episodes() {
         assert_eq!(t.termination, Termination::MaxGenerationCalls);
         assert_eq!(t.rows.len(), 7);
         assert_eq!(t.reward, 0.0);
+        // The per-user-turn cap: three Act turns (each with its Rehearse call), then the end.
+        let cfg = EpisodeConfig {
+            max_act_turns_per_user_turn: Some(3),
+            ..config()
+        };
+        let t =
+            run_episode_supervised(&w.topology.rehearsal_agents(), &cfg, &spec(task("c"), 1)).await;
+        assert_eq!(t.termination, Termination::MaxGenerationCalls);
+        let roles: Vec<Role> = t.rows.iter().map(|r| r.role).collect();
+        assert_eq!(roles, [Role::Act, Role::Rehearse].repeat(3));
         w.topology.stop();
 
         // A context too small for the first prompt plus the budget: length-exceeded, no row.
@@ -895,6 +906,98 @@ fn a_real_inline_episode_appends_the_real_results_to_the_stream() {
         assert!(second.ends_with(
             "</tool_call><|im_end|>\n<|im_start|>tool\n{\"real\":\"cd\"}<|im_end|>\n<|im_start|>tool\n{\"real\":\"ls\"}<|im_end|>\n<|im_start|>assistant\n"
         ), "{second}");
+        w.topology.stop();
+    });
+}
+
+#[test]
+fn rehearse_fidelity_compares_predictions_with_real_results() {
+    use envace::actors::rehearsal::RehearseRequest;
+    use envace::pipeline::fidelity::{predict_results, summarize, FidelityRequest};
+    // The world model's answers, by the call in the Rehearse prompt: `cd` exactly right, `ls`
+    // the right keys with a wrong value, `cat` not a result at all.
+    let script: Arc<Script> = Arc::new(|prompt: &str| {
+        let call = prompt
+            .split("# Call to simulate\nTool: ")
+            .nth(1)
+            .and_then(|s| s.lines().next())
+            .unwrap_or("");
+        match call {
+            "cd" => "\n<execution_result>\n{\"current_working_directory\": \"docs\"}\n</execution_result>",
+            "ls" => "\n<execution_result>\n{\"current_directory_content\": [\"x\"]}\n</execution_result>",
+            _ => "I cannot run that.",
+        }
+        .into()
+    });
+    let real = |name: &str, result: &str| ToolExchange {
+        name: name.into(),
+        arguments_json: "{}".into(),
+        result_json: result.into(),
+    };
+    let request = |t: &EpisodeTask, name: &str| RehearseRequest {
+        task: Arc::new(t.clone()),
+        facts: Arc::new(Vec::new()),
+        history: Vec::new(),
+        act_text: call(name, json!({})),
+        call: ToolCall::new(name, Map::new()),
+        rendering: ToolRendering::Compact,
+        params: envace::kernels::SamplingParams {
+            max_new_tokens: 64,
+            ..Default::default()
+        },
+        prompt_ids: None,
+    };
+    rt().block_on(async {
+        let w = world(script, Arc::new(RuleChecklistJudge), 4096).await;
+        let (a, b) = (task("a"), task("b"));
+        let requests = vec![
+            FidelityRequest {
+                task: "a".into(),
+                class: "GorillaFileSystem".into(),
+                exchange: real("cd", r#"{"current_working_directory": "docs"}"#),
+                request: request(&a, "cd"),
+            },
+            FidelityRequest {
+                task: "a".into(),
+                class: "GorillaFileSystem".into(),
+                exchange: real("ls", r#"{"current_directory_content": ["a", "b"]}"#),
+                request: request(&a, "ls"),
+            },
+            FidelityRequest {
+                task: "b".into(),
+                class: "Other".into(),
+                exchange: real("cat", r#"{"file_content": "hi"}"#),
+                request: request(&b, "cat"),
+            },
+        ];
+        let (calls, tokens) = predict_results(&w.topology.rehearsal, requests)
+            .await
+            .expect("fidelity");
+        assert!(tokens > 0);
+        let flags: Vec<(&str, bool, bool, bool)> = calls
+            .iter()
+            .map(|c| (c.tool.as_str(), c.valid_json, c.same_keys, c.equal_values))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                ("cd", true, true, true),
+                ("ls", true, true, false),
+                ("cat", false, false, false)
+            ]
+        );
+        assert_eq!(calls[2].predicted, "I cannot run that.");
+        let report = summarize(calls);
+        assert_eq!((report.calls, report.tasks), (3, 2));
+        // Over tasks: a has 1 of 2 exact, b 0 of 1: 1/3 in all.
+        assert!((report.equal_values.estimate - 1.0 / 3.0).abs() < 1e-12);
+        assert!((report.valid_json.estimate - 2.0 / 3.0).abs() < 1e-12);
+        let fs = report.per_class["GorillaFileSystem"];
+        assert_eq!(
+            (fs.calls, fs.valid_json, fs.same_keys, fs.equal_values),
+            (2, 2, 2, 1)
+        );
+        assert_eq!(report.per_class["Other"].valid_json, 0);
         w.topology.stop();
     });
 }

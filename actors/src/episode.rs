@@ -55,6 +55,10 @@ pub struct EpisodeConfig {
     pub protocol: RolloutProtocol,
     /// Most generation calls (Act turns plus Rehearse calls) per episode.
     pub max_generation_calls: usize,
+    /// Most Act turns in one user turn (`None`: only `max_generation_calls` bounds them). A
+    /// policy that keeps calling tools without a final answer ends the episode here, as at the
+    /// generation-call cap, instead of filling the context.
+    pub max_act_turns_per_user_turn: Option<usize>,
     /// Play at most this many user turns of each task (`None`: all); the judge still divides
     /// by the task's number of turns.
     pub max_user_turns: Option<usize>,
@@ -78,6 +82,7 @@ impl Default for EpisodeConfig {
             tool_rendering: ToolRendering::Full,
             protocol: RolloutProtocol::Reference,
             max_generation_calls: 200,
+            max_act_turns_per_user_turn: None,
             max_user_turns: None,
             act_max_new_tokens: 512,
             rehearse_max_new_tokens: 512,
@@ -403,10 +408,15 @@ async fn drive(
                 Some(s) => s.push_user(kit, user_messages).map_err(inline)?,
             }
         }
+        let mut act_turns = 0;
         loop {
-            if run.calls >= cfg.max_generation_calls {
+            let turn_cap = cfg
+                .max_act_turns_per_user_turn
+                .is_some_and(|cap| act_turns >= cap);
+            if run.calls >= cfg.max_generation_calls || turn_cap {
                 return done(run, Termination::MaxGenerationCalls);
             }
+            act_turns += 1;
             let clock = Instant::now();
             let request = ActRequest {
                 task: task.clone(),

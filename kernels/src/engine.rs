@@ -370,7 +370,7 @@ impl<'a> Engine<'a> {
                 slots_needed,
                 need,
                 model.device(),
-                model.dtype(),
+                model.kv_dtype(),
             )
         });
         cache.ensure(slots_needed, need, max_slots, context);

@@ -102,11 +102,21 @@ impl KvCache {
         self.capacity = new_cap;
     }
 
+    /// The buffers' dtype (writes are converted to it).
+    pub fn kind(&self) -> Kind {
+        self.k.first().map_or(Kind::Float, Tensor::kind)
+    }
+
     /// Writes `k, v: [b, kv_heads, t, head_dim]` at positions `0..t` of slots `slots: [b]` i64.
     pub(crate) fn write_prefix(&mut self, layer: usize, slots: &Tensor, k: &Tensor, v: &Tensor) {
         let t = k.size()[2];
-        let _ = self.k[layer].narrow(2, 0, t).index_copy_(0, slots, k);
-        let _ = self.v[layer].narrow(2, 0, t).index_copy_(0, slots, v);
+        let kind = self.kind();
+        let _ = self.k[layer]
+            .narrow(2, 0, t)
+            .index_copy_(0, slots, &k.to_kind(kind));
+        let _ = self.v[layer]
+            .narrow(2, 0, t)
+            .index_copy_(0, slots, &v.to_kind(kind));
     }
 
     /// Writes `k, v: [1, kv_heads, t, head_dim]` at positions `start..start + t` of `slot`.
@@ -165,11 +175,12 @@ impl KvCache {
     ) -> (Tensor, Tensor) {
         let size = k.size();
         let s = size[0];
+        let kind = self.kind();
         let index = positions.view([s, 1, 1, 1]).expand(&size, false);
         let mut kc = self.k[layer].narrow(0, 0, s);
         let mut vc = self.v[layer].narrow(0, 0, s);
-        let _ = kc.scatter_(2, &index, k);
-        let _ = vc.scatter_(2, &index, v);
+        let _ = kc.scatter_(2, &index, &k.to_kind(kind));
+        let _ = vc.scatter_(2, &index, &v.to_kind(kind));
         (kc.narrow(2, 0, keys), vc.narrow(2, 0, keys))
     }
 }

@@ -34,8 +34,9 @@ impl Model {
             let (q, k, v) = self.attention_inputs(layer, &x, &cos, &sin);
             cache.write_at(i, slot, start, &k, &v);
             let (k_all, v_all) = cache.slot_prefix(i, slot, keys);
+            // In the cache's dtype ([`Model::kv_dtype`]).
             let attn = Tensor::scaled_dot_product_attention(
-                &q,
+                &q.to_kind(k_all.kind()),
                 &k_all,
                 &v_all,
                 Some(&mask),
@@ -43,7 +44,8 @@ impl Model {
                 false,
                 None,
                 true,
-            );
+            )
+            .to_kind(q.kind());
             x = self.layer_output(layer, &x, &attn);
         }
         let last = x.narrow(1, t - 1, 1).squeeze_dim(1);

@@ -14,7 +14,9 @@
 //! transcript records unexecuted ([`TurnCalls::all_calls`]):
 //!
 //! ```text
-//! format  f = ½·[no Act output of the turn was malformed] + ½·[the turn ended with a final answer]
+//! format  f = [the turn has the form its checklist asks for: at least one well-formed call
+//!              when it expects calls, no call when it expects none]
+//!           × (½ + ½·[no Act output of the turn was malformed and the turn ended with a final answer])
 //! sim(i, c) = 0                                        if name(c) ≠ name(i)
 //!           = ⅓ + ⅓·|Kᵢ ∩ K_c| / |Kᵢ ∪ K_c| + ⅓·|{k ∈ Kᵢ ∩ K_c : vᵢ(k) = v_c(k)}| / |Kᵢ ∪ K_c|
 //!                                                      otherwise (K: argument names; 0/0 = 1)
@@ -23,6 +25,10 @@
 //! turn score = 0.2·f + 0.8·a
 //! reward R  = Σ turn scores / number of user turns (turns not reached score 0)
 //! ```
+//!
+//! The first factor keeps a plain-text answer to a turn that needs calls from earning format
+//! credit: it parses (a final answer), but it is not the protocol's form for that turn, and an
+//! untrained model that never calls would otherwise collect format credit on every turn.
 //!
 //! Values compare as the rule judge compares them (JSON equality, `1 == 1.0`); positional
 //! arguments are named by the task's parameter order first. The matching is the optimum of the
@@ -54,8 +60,7 @@ impl Judge for DenseChecklistJudge {
             let gate = score_turn(task, items, played);
             let calls: Vec<&ToolCall> = played.all_calls().collect();
             let m = match_calls(task, items, &calls);
-            let format = 0.5 * f32::from(u8::from(!played.malformed))
-                + 0.5 * f32::from(u8::from(played.final_answer));
+            let format = format_score(items, played);
             let score = FORMAT_WEIGHT * format + (1.0 - FORMAT_WEIGHT) * m.credit as f32;
             TurnScore {
                 score: score.clamp(0.0, 1.0),
@@ -68,6 +73,16 @@ impl Judge for DenseChecklistJudge {
             }
         })
     }
+}
+
+/// The format component `f` of the module doc, in {0, ½, 1}.
+pub fn format_score(items: &[ChecklistItem], played: &TurnCalls) -> f32 {
+    let wrote_calls = played.all_calls().next().is_some();
+    if wrote_calls != !items.is_empty() {
+        return 0.0;
+    }
+    let clean = !played.malformed && played.final_answer;
+    0.5 + 0.5 * f32::from(u8::from(clean))
 }
 
 /// How a turn's calls match its checklist.
@@ -308,6 +323,9 @@ mod tests {
         let v = DenseChecklistJudge.judge(&task, &wrong);
         // Right format, no name matches: 0.2 on turn 1; turn 2 not reached; R = 0.1.
         assert!(close(v.reward, 0.1), "{}", v.reward);
+        // A plain-text answer where calls are expected earns nothing, format included.
+        let text = vec![TurnCalls::answered(vec![])];
+        assert_eq!(DenseChecklistJudge.judge(&task, &text).reward, 0.0);
         assert_eq!(RuleChecklistJudge.judge(&task, &wrong).reward, 0.0);
 
         // cd right; touch with the right argument name and a wrong value:
@@ -342,9 +360,16 @@ mod tests {
             ..TurnCalls::default()
         }];
         let (dense, rule) = rewards(&task, &stopped);
-        // f = 0 (malformed, no final answer), a = 1/2: turn = 0.4, R = 0.2.
-        assert!(close(dense, 0.2), "{dense}");
+        // f = 1/2 (a call written, but malformed and unfinished), a = 1/2: turn = 0.1 + 0.4,
+        // R = 0.25.
+        assert!(close(dense, 0.25), "{dense}");
         assert_eq!(rule, 0.0);
+        // Malformed from its first block: no call written, f = 0, a = 0.
+        let nothing = vec![TurnCalls {
+            malformed: true,
+            ..TurnCalls::default()
+        }];
+        assert_eq!(rewards(&task, &nothing), (0.0, 0.0));
         // Stopped by a simulator error after the executed calls: f = 1/2.
         let simulator = vec![TurnCalls {
             calls: vec![

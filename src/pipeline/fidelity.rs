@@ -30,14 +30,15 @@ use super::seed_rows::{seed_rows, warmup_facts};
 use super::{secs, Pipeline};
 use crate::actors::protocol::{canonical_result, RolloutProtocol};
 use crate::actors::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
+use crate::actors::slot::Pool;
 use crate::actors::EpisodeTask;
 use crate::bfcl::env::BfclEnv;
 use crate::bfcl::episode::collect_seed;
 use crate::bfcl::judge::json_eq;
 use crate::kernels::SamplingParams;
-use crate::report::{FidelityCall, FidelityCounts, FidelityReport};
+use crate::report::{FidelityCall, FidelityReport};
 use crate::stats::{bootstrap, PerTask};
-use crate::storage::Role;
+use crate::storage::{Role, ToolExchange};
 
 /// The three checks of the module doc for one prediction (`None`: it did not parse).
 pub fn compare(predicted: Option<&Value>, real_result: &str) -> (bool, bool, bool) {
@@ -64,6 +65,101 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// One real call to put to the Rehearse role, with what it is compared against.
+pub struct FidelityRequest {
+    /// The task the call is from, and the API class of the called function.
+    pub task: String,
+    pub class: String,
+    /// The real call and its real result.
+    pub exchange: ToolExchange,
+    /// The Rehearse request for it, as a rollout would send it.
+    pub request: RehearseRequest,
+}
+
+/// Sends every request to the Rehearsal workers (concurrently) and compares each prediction
+/// with its real result ([`compare`]); returns the calls sorted by task (a call's position
+/// among its task's calls is kept) and the tokens processed.
+///
+/// # Errors
+/// A Rehearsal actor that is gone or fails (a model-thread error).
+pub async fn predict_results(
+    rehearsal: &Pool<RehearsalMsg>,
+    requests: Vec<FidelityRequest>,
+) -> Result<(Vec<FidelityCall>, u64)> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, r) in requests.into_iter().enumerate() {
+        let worker = rehearsal.pick().clone();
+        set.spawn(async move {
+            let turn = worker
+                .ask("rehearsal", |reply| RehearsalMsg::Rehearse(r.request, reply))
+                .await;
+            (i, r.task, r.class, r.exchange, turn)
+        });
+    }
+    let mut out = Vec::new();
+    let mut tokens = 0u64;
+    for (i, task, class, real, turn) in set.join_all().await {
+        let turn = turn
+            .map_err(|e| anyhow!("fidelity: {e}"))?
+            .map_err(|e| anyhow!("fidelity: {e}"))?;
+        let (text, parsed) = match turn {
+            RehearseTurn::Generated { row, text, parsed } => {
+                tokens += (row.prompt_ids.len() + row.completion_ids.len()) as u64;
+                (text, parsed.ok())
+            }
+            RehearseTurn::LengthExceeded { prompt_tokens } => (
+                format!("(prompt of {prompt_tokens} tokens exceeds the context)"),
+                None,
+            ),
+        };
+        let (valid, keys, equal) = compare(parsed.as_ref(), &real.result_json);
+        out.push((
+            i,
+            FidelityCall {
+                task,
+                tool: real.name,
+                class,
+                valid_json: valid,
+                same_keys: keys,
+                equal_values: equal,
+                predicted: clip(text.trim(), 300),
+                real: clip(&real.result_json, 300),
+            },
+        ));
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok((out.into_iter().map(|(_, c)| c).collect(), tokens))
+}
+
+/// The report of `per_call`: the three rates with their bootstrap intervals over tasks, and
+/// counts per class (`real_env_calls`, `tokens` and `wall_s` are left for the caller).
+pub fn summarize(per_call: Vec<FidelityCall>) -> FidelityReport {
+    let mut report = FidelityReport::default();
+    let mut by_task: BTreeMap<&str, [PerTask; 3]> = BTreeMap::new();
+    for c in &per_call {
+        let e = by_task
+            .entry(c.task.as_str())
+            .or_insert([PerTask::new(0.0, 0.0); 3]);
+        for (slot, hit) in e.iter_mut().zip([c.valid_json, c.same_keys, c.equal_values]) {
+            slot.num += f64::from(u8::from(hit));
+            slot.den += 1.0;
+        }
+        let k = report.per_class.entry(c.class.clone()).or_default();
+        k.calls += 1;
+        k.valid_json += u64::from(c.valid_json);
+        k.same_keys += u64::from(c.same_keys);
+        k.equal_values += u64::from(c.equal_values);
+    }
+    let column = |i: usize| by_task.values().map(|v| v[i]).collect::<Vec<_>>();
+    report.valid_json = bootstrap(&column(0), 0);
+    report.same_keys = bootstrap(&column(1), 0);
+    report.equal_values = bootstrap(&column(2), 0);
+    report.calls = per_call.len() as u64;
+    report.tasks = by_task.len() as u64;
+    report.per_call = per_call;
+    report
+}
+
 impl Pipeline {
     /// Rehearse fidelity on the real calls of `tasks` (see the module doc).
     ///
@@ -84,15 +180,15 @@ impl Pipeline {
             max_new_tokens: self.cfg.rollout.rehearse_max_new_tokens,
             ..SamplingParams::default()
         };
-        let mut report = FidelityReport::default();
-        let mut set = tokio::task::JoinSet::new();
+        let mut requests = Vec::new();
+        let mut real_env_calls = 0u64;
         for task in tasks {
             let bfcl = self
                 .suite
                 .task(&task.id.0)
                 .ok_or_else(|| anyhow!("fidelity: task {} has no ground truth", task.id))?;
             let replay = collect_seed(bfcl, &mut env)?;
-            report.real_env_calls += replay.env_calls as u64;
+            real_env_calls += replay.env_calls as u64;
             let rows = seed_rows(&self.topology.kit, task, &replay.seed, &pool, &self.cfg)?;
             let facts = Arc::new(warmup_facts(&pool, task, &self.cfg));
             let shared = Arc::new(task.clone());
@@ -107,82 +203,27 @@ impl Pipeline {
                     .docs
                     .find(&bfcl.involved_classes, &call.call.name)
                     .map_or_else(|| "unknown".to_string(), |d| d.class.clone());
-                let request = RehearseRequest {
-                    task: shared.clone(),
-                    facts: facts.clone(),
-                    history: call.history,
-                    act_text: call.act_text,
-                    call: call.call,
-                    rendering: self.cfg.protocol.tool_rendering,
-                    params: params.clone(),
-                    prompt_ids: inline.then_some(row.prompt_ids),
-                };
-                let rehearsal = self.topology.rehearsal.pick().clone();
-                let (id, real) = (task.id.0.clone(), call.exchange);
-                set.spawn(async move {
-                    let turn = rehearsal
-                        .ask("rehearsal", |r| RehearsalMsg::Rehearse(request, r))
-                        .await;
-                    (id, class, real, turn)
+                requests.push(FidelityRequest {
+                    task: task.id.0.clone(),
+                    class,
+                    exchange: call.exchange,
+                    request: RehearseRequest {
+                        task: shared.clone(),
+                        facts: facts.clone(),
+                        history: call.history,
+                        act_text: call.act_text,
+                        call: call.call,
+                        rendering: self.cfg.protocol.tool_rendering,
+                        params: params.clone(),
+                        prompt_ids: inline.then_some(row.prompt_ids),
+                    },
                 });
             }
         }
-        let mut per_call = Vec::new();
-        for (task, class, real, turn) in set.join_all().await {
-            let turn = turn
-                .map_err(|e| anyhow!("fidelity: {e}"))?
-                .map_err(|e| anyhow!("fidelity: {e}"))?;
-            let (text, parsed) = match turn {
-                RehearseTurn::Generated { row, text, parsed } => {
-                    report.tokens += (row.prompt_ids.len() + row.completion_ids.len()) as u64;
-                    (text, parsed.ok())
-                }
-                RehearseTurn::LengthExceeded { prompt_tokens } => (
-                    format!("(prompt of {prompt_tokens} tokens exceeds the context)"),
-                    None,
-                ),
-            };
-            let (valid, keys, equal) = compare(parsed.as_ref(), &real.result_json);
-            per_call.push(FidelityCall {
-                task,
-                tool: real.name,
-                class,
-                valid_json: valid,
-                same_keys: keys,
-                equal_values: equal,
-                predicted: clip(text.trim(), 300),
-                real: clip(&real.result_json, 300),
-            });
-        }
-        per_call.sort_by(|a, b| a.task.cmp(&b.task));
-        let mut by_task: BTreeMap<&str, [PerTask; 3]> = BTreeMap::new();
-        for c in &per_call {
-            let e = by_task
-                .entry(c.task.as_str())
-                .or_insert([PerTask::new(0.0, 0.0); 3]);
-            for (slot, hit) in e
-                .iter_mut()
-                .zip([c.valid_json, c.same_keys, c.equal_values])
-            {
-                slot.num += f64::from(u8::from(hit));
-                slot.den += 1.0;
-            }
-            let k = report
-                .per_class
-                .entry(c.class.clone())
-                .or_insert(FidelityCounts::default());
-            k.calls += 1;
-            k.valid_json += u64::from(c.valid_json);
-            k.same_keys += u64::from(c.same_keys);
-            k.equal_values += u64::from(c.equal_values);
-        }
-        let column = |i: usize| by_task.values().map(|v| v[i]).collect::<Vec<_>>();
-        report.valid_json = bootstrap(&column(0), 0);
-        report.same_keys = bootstrap(&column(1), 0);
-        report.equal_values = bootstrap(&column(2), 0);
-        report.calls = per_call.len() as u64;
-        report.tasks = by_task.len() as u64;
-        report.per_call = per_call;
+        let (per_call, tokens) = predict_results(&self.topology.rehearsal, requests).await?;
+        let mut report = summarize(per_call);
+        report.real_env_calls = real_env_calls;
+        report.tokens = tokens;
         report.wall_s = secs(start);
         Ok(report)
     }

@@ -10,7 +10,7 @@
 mod bench;
 mod collect;
 mod eval;
-mod fidelity;
+pub mod fidelity;
 pub mod seed_rows;
 mod sft;
 mod train;
@@ -43,7 +43,6 @@ use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
 pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, ReplayBench, RolloutBench};
 pub use eval::{task_result, Variant};
-pub use fidelity::compare as fidelity_compare;
 pub use sft::{fit_to_context, stratified_seeds};
 pub use tts::{tts_table, TtsConfig, TtsResult, TtsSpec};
 

@@ -187,6 +187,7 @@ impl Pipeline {
         let mut report = SftReport {
             seeds_used: chosen.len() as u64,
             seeds_available: train.len() as u64,
+            seeds: chosen.iter().map(|s| s.task.0.clone()).collect(),
             epochs: u64::from(self.cfg.sft.epochs),
             per_role: per_role.clone(),
             steps: Vec::new(),

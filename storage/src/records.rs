@@ -150,7 +150,8 @@ pub enum Termination {
     ActParseError,
     /// The Rehearse output was not an `<execution_result>` block (turn reward 0).
     RehearseFormatError,
-    /// The episode hit the cap on generation calls (reference: 200).
+    /// The episode hit the cap on generation calls (reference: 200), or on Act turns in one
+    /// user turn.
     MaxGenerationCalls,
     /// Prompt + max new tokens would exceed the model's context.
     LengthExceeded,
