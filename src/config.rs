@@ -394,7 +394,9 @@ impl RunConfig {
             "rollout.max_generation_calls",
         )?;
         if self.rollout.max_act_turns_per_user_turn == Some(0) {
-            return Err("rollout.max_act_turns_per_user_turn must be at least 1 (or left out)".into());
+            return Err(
+                "rollout.max_act_turns_per_user_turn must be at least 1 (or left out)".into(),
+            );
         }
         positive(
             self.rollout.act_max_new_tokens,

@@ -117,7 +117,11 @@ pub fn plot_training(path: &Path, train: &TrainReport) -> Result<(), PlotError> 
         vec![
             Curve::new("overall", OVERALL, series(|s| s.reward_mean)),
             Curve::new("act rows", ACT, series(|s| s.reward_mean_act)),
-            Curve::new("rehearse rows", REHEARSE, series(|s| s.reward_mean_rehearse)),
+            Curve::new(
+                "rehearse rows",
+                REHEARSE,
+                series(|s| s.reward_mean_rehearse),
+            ),
             skips,
         ],
         "no training steps recorded",
@@ -201,11 +205,12 @@ fn draw_panel<'a>(
     curves: Vec<Curve>,
     empty: &str,
 ) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'a> as DrawingBackend>::ErrorType>> {
-    let y = y_range(
-        curves
+    let y = y_range(curves.iter().flat_map(|c| {
+        c.points
             .iter()
-            .flat_map(|c| c.points.iter().map(|p| p.1).chain(c.bars.iter().flat_map(|b| [b.1, b.2]))),
-    );
+            .map(|p| p.1)
+            .chain(c.bars.iter().flat_map(|b| [b.1, b.2]))
+    }));
     let mut chart = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(40)

@@ -128,7 +128,10 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
         let s0 = &p.report.train.steps[0];
         assert_eq!(s0.real_env_calls, 0);
         assert!(s0.skipped, "{s0:?}");
-        assert_eq!((s0.groups, s0.zero_variance_groups, s0.draw_rounds), (3, 3, 2));
+        assert_eq!(
+            (s0.groups, s0.zero_variance_groups, s0.draw_rounds),
+            (3, 3, 2)
+        );
         assert_eq!((s0.zero_variance_fraction, s0.grad_norm), (1.0, 0.0));
         assert_eq!(s0.informative_rows_act + s0.informative_rows_rehearse, 0);
         assert_eq!(p.topology.worker.policy_version().0, 0, "a skipped step");
@@ -208,7 +211,10 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
             .expect("checkpoints")
             .map(|e| e.expect("entry").file_name())
             .collect();
-        assert_eq!(files, [std::ffi::OsString::from("envace-step1.safetensors")]);
+        assert_eq!(
+            files,
+            [std::ffi::OsString::from("envace-step1.safetensors")]
+        );
 
         // Stage 4: evaluation in the real environment with the BFCL checker, every metric
         // with an interval, and Rehearse fidelity on the task's real calls.
@@ -251,9 +257,7 @@ fn the_learner_updates_on_a_reward_spread_and_skips_equal_rewards() {
     use envace::actors::learner::{LearnerActor, LearnerArgs, LearnerMsg};
     use envace::actors::worker::WorkerHandle;
     use envace::kernels::{load, EngineConfig, LearnerConfig, ModelSource};
-    use envace::storage::{
-        ExecutionMode, PolicyVersion, Role, Row, TaskId, Termination, Timings,
-    };
+    use envace::storage::{ExecutionMode, PolicyVersion, Role, Row, TaskId, Termination, Timings};
     let loaded = load(&ModelSource::Tiny, tch::Device::Cpu, tch::Kind::Float).expect("tiny");
     let worker = WorkerHandle::spawn(loaded.model, loaded.tokenizer, EngineConfig::default());
     let trajectory = |sample: u32, reward: f32| Trajectory {
@@ -348,7 +352,12 @@ fn demo_tiny_writes_the_report_and_plot() {
     assert_eq!(report["train"]["real_env_calls"], 0);
     assert_eq!(report["train"]["steps"].as_array().map(Vec::len), Some(2));
     for step in report["train"]["steps"].as_array().expect("steps") {
-        for key in ["skipped", "groups", "zero_variance_fraction", "informative_rows_act"] {
+        for key in [
+            "skipped",
+            "groups",
+            "zero_variance_fraction",
+            "informative_rows_act",
+        ] {
             assert!(!step[key].is_null(), "{key}: {step}");
         }
     }
@@ -369,7 +378,10 @@ fn demo_tiny_writes_the_report_and_plot() {
     assert_eq!(used.len(), 2, "the tiny preset's sft.seeds");
     let (mut acts, mut calls) = (0, 0);
     for id in &used {
-        let seed = seeds.iter().find(|s| s.task.0 == *id).expect("a stored seed");
+        let seed = seeds
+            .iter()
+            .find(|s| s.task.0 == *id)
+            .expect("a stored seed");
         acts += seed
             .messages
             .iter()
@@ -382,7 +394,10 @@ fn demo_tiny_writes_the_report_and_plot() {
     assert_eq!(per_role["rehearse"]["rows"], calls);
     for role in ["act", "rehearse"] {
         let r = &per_role[role];
-        assert!(r["completion_tokens"].as_u64().is_some_and(|n| n > 0), "{role}: {r}");
+        assert!(
+            r["completion_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{role}: {r}"
+        );
         assert!(r["loss_last_epoch"].as_f64().is_some(), "{role}: {r}");
     }
     // Periodic evaluation (train.eval_every = 1): before training and after each step.
@@ -405,13 +420,18 @@ fn demo_tiny_writes_the_report_and_plot() {
             assert!(ci["low"].as_f64().is_some(), "{variant} {metric}: {ci}");
             assert!(ci["high"].as_f64().is_some(), "{variant} {metric}: {ci}");
         }
-        assert!(v["fidelity"]["equal_values"]["estimate"].as_f64().is_some(), "{v}");
+        assert!(
+            v["fidelity"]["equal_values"]["estimate"].as_f64().is_some(),
+            "{v}"
+        );
         assert_eq!(v["split"], "test");
     }
     for pair in ["sft - base", "envace - sft"] {
         let c = &report["comparisons"][pair];
         assert_eq!(c["tasks"], 2, "{pair}: {c}");
-        assert!(c["differences"]["checklist_score"]["low"].as_f64().is_some());
+        assert!(c["differences"]["checklist_score"]["low"]
+            .as_f64()
+            .is_some());
     }
     let png = std::fs::read(dir.0.join("training.png")).expect("plot");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -59,7 +59,7 @@ fn rehearse_condense_commit_store_and_reuse() {
         let m = &memories[0];
         assert_eq!(
             (m.mode, m.n, m.task.0.as_str()),
-            (RehearsalMode::Parallel, 2, "multi_turn_base_150")
+            (RehearsalMode::Parallel, 2, "multi_turn_base_5")
         );
         assert_eq!((m.rehearsals.len(), m.critiques.len()), (2, 2));
         assert!(
@@ -118,7 +118,7 @@ fn rehearse_condense_commit_store_and_reuse() {
             .get::<RehearsalMemory>(&SampleKey {
                 run: RunId::from("tts-base-sequential-3"),
                 step: 0,
-                task: "multi_turn_base_150".into(),
+                task: "multi_turn_base_5".into(),
                 sample: 0,
             })
             .expect("read")

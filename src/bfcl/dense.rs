@@ -78,7 +78,8 @@ impl Judge for DenseChecklistJudge {
 /// The format component `f` of the module doc, in {0, ½, 1}.
 pub fn format_score(items: &[ChecklistItem], played: &TurnCalls) -> f32 {
     let wrote_calls = played.all_calls().next().is_some();
-    if wrote_calls != !items.is_empty() {
+    let expects_calls = !items.is_empty();
+    if wrote_calls != expects_calls {
         return 0.0;
     }
     let clean = !played.malformed && played.final_answer;
@@ -241,8 +242,7 @@ fn max_assignment(gain: &[Vec<f64>], cols: usize) -> Vec<Option<usize>> {
         }
     }
     let mut out = vec![None; rows];
-    for j in 1..=n {
-        let i = p[j];
+    for (j, &i) in p.iter().enumerate().take(n + 1).skip(1) {
         if i >= 1 && i <= rows && j <= cols {
             out[i - 1] = Some(j - 1);
         }
@@ -450,14 +450,12 @@ mod tests {
         assert!(close(v.turn_scores[1].score, 0.2), "{:?}", v);
         let chatty = vec![TurnCalls::answered(vec![call("ls()")])];
         let v = DenseChecklistJudge.judge(&task, &chatty);
-        assert!(close(v.turn_scores[0].score, 0.2));
+        // Calls where none are expected: neither form nor credit.
+        assert_eq!(v.turn_scores[0].score, 0.0, "{v:?}");
         assert!(v.turn_scores[1].reason.starts_with("not reached"));
-        // A plain-text answer to a turn that needs calls: format only.
+        // A plain-text answer to a turn that needs calls parses, but is not the turn's form.
         let text = vec![TurnCalls::answered(vec![])];
-        assert!(close(
-            DenseChecklistJudge.judge(&two_turn_task(), &text).reward,
-            0.1
-        ));
+        assert_eq!(DenseChecklistJudge.judge(&two_turn_task(), &text).reward, 0.0);
     }
 
     fn ground_truth(task: &BfclTask) -> Vec<TurnCalls> {

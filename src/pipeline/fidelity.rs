@@ -91,7 +91,9 @@ pub async fn predict_results(
         let worker = rehearsal.pick().clone();
         set.spawn(async move {
             let turn = worker
-                .ask("rehearsal", |reply| RehearsalMsg::Rehearse(r.request, reply))
+                .ask("rehearsal", |reply| {
+                    RehearsalMsg::Rehearse(r.request, reply)
+                })
                 .await;
             (i, r.task, r.class, r.exchange, turn)
         });
@@ -140,7 +142,10 @@ pub fn summarize(per_call: Vec<FidelityCall>) -> FidelityReport {
         let e = by_task
             .entry(c.task.as_str())
             .or_insert([PerTask::new(0.0, 0.0); 3]);
-        for (slot, hit) in e.iter_mut().zip([c.valid_json, c.same_keys, c.equal_values]) {
+        for (slot, hit) in e
+            .iter_mut()
+            .zip([c.valid_json, c.same_keys, c.equal_values])
+        {
             slot.num += f64::from(u8::from(hit));
             slot.den += 1.0;
         }
