@@ -455,7 +455,10 @@ mod tests {
         assert!(v.turn_scores[1].reason.starts_with("not reached"));
         // A plain-text answer to a turn that needs calls parses, but is not the turn's form.
         let text = vec![TurnCalls::answered(vec![])];
-        assert_eq!(DenseChecklistJudge.judge(&two_turn_task(), &text).reward, 0.0);
+        assert_eq!(
+            DenseChecklistJudge.judge(&two_turn_task(), &text).reward,
+            0.0
+        );
     }
 
     fn ground_truth(task: &BfclTask) -> Vec<TurnCalls> {
