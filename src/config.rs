@@ -285,16 +285,21 @@ impl RunConfig {
                 c.eval.fidelity_calls_per_task = Some(1);
             }
             Preset::Long => {
+                // Every train seed once (about 73 min of the 2 h on 2 cores), then a short
+                // GRPO run whose test score and fidelity are read every 3 steps.
                 c.model.dtype = "bf16".into();
                 c.protocol.mode = RolloutProtocol::Inline;
-                c.train.steps = 40;
+                c.sft.seeds = None;
+                c.sft.seeds_per_step = 2;
+                c.train.steps = 6;
                 c.train.tasks_per_step = 4;
                 c.train.k = 4;
                 c.train.max_tasks_per_step = Some(8);
                 c.train.learner.lr = 1e-5;
-                c.train.eval_every = Some(10);
+                c.train.eval_every = Some(3);
                 c.train.eval_tasks = 20;
-                c.eval.fidelity_calls_per_task = Some(2);
+                c.eval.tasks = None;
+                c.eval.fidelity_calls_per_task = Some(1);
             }
             Preset::Tiny => {
                 c.model.source = "tiny".into();
@@ -524,6 +529,17 @@ mod tests {
                 "{file}: regenerate with `envace config`"
             );
         }
+    }
+
+    #[test]
+    fn the_long_preset_warms_up_on_every_seed_and_evaluates_over_steps() {
+        let c = RunConfig::preset(Preset::Long);
+        assert_eq!((c.sft.seeds, c.sft.epochs), (None, 1));
+        assert_eq!(
+            c.eval.tasks, None,
+            "the final table covers the whole test split"
+        );
+        assert_eq!((c.train.eval_every, c.train.eval_tasks), (Some(3), 20));
     }
 
     #[test]

@@ -100,7 +100,14 @@ impl Mode {
         if !self.prefix_cache {
             cfg.engine.prefix_cache_tokens = 0;
         }
+        if self.protocol == RolloutProtocol::Reference {
+            // The authors' learner scores each row on its own (the presets pack prefixes).
+            cfg.train.learner.pack_prefixes = false;
+            cfg.sft.learner.pack_prefixes = false;
+        }
         cfg.train.tasks_per_step = tasks;
+        // Every mode rolls out the same tasks: no draws past zero-variance groups.
+        cfg.train.dynamic_sampling = false;
         cfg
     }
 }
