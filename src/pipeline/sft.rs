@@ -262,10 +262,29 @@ impl Pipeline {
             }
         }
         bar.finish_and_clear();
+        // With one epoch every seed is seen once: the trend shows in the steps, not the epochs.
+        let third = (report.steps.len() / 3).max(1);
         for (role, r) in &report.per_role {
+            let role_loss = |m: &SftStepMetrics| match role.as_str() {
+                "act" => m.loss_act,
+                _ => m.loss_rehearse,
+            };
+            let mean = |steps: &[SftStepMetrics]| {
+                let v: Vec<f64> = steps
+                    .iter()
+                    .map(role_loss)
+                    .filter(|l| l.is_finite())
+                    .collect();
+                v.iter().sum::<f64>() / v.len().max(1) as f64
+            };
+            let n = report.steps.len();
             eprintln!(
-                "sft: {role} loss {:.3} (first epoch) -> {:.3} (last epoch)",
-                r.loss_first_epoch, r.loss_last_epoch
+                "sft: {role} loss {:.3} (first {third} steps) -> {:.3} (last {third} steps); \
+                 {:.3} (first epoch) -> {:.3} (last epoch)",
+                mean(&report.steps[..third.min(n)]),
+                mean(&report.steps[n.saturating_sub(third)..]),
+                r.loss_first_epoch,
+                r.loss_last_epoch
             );
         }
         self.report.sft = report;
