@@ -138,10 +138,10 @@ pub struct TrainConfig {
     pub dynamic_sampling: bool,
     /// Most tasks one step draws with dynamic sampling (`None`: 3 × `tasks_per_step`).
     pub max_tasks_per_step: Option<usize>,
-    /// Evaluate on the first `eval_tasks` tasks of the eval split after every this many steps
+    /// Evaluate on `eval_tasks` tasks spread over the eval split after every this many steps
     /// (`None`: only the final evaluation).
     pub eval_every: Option<u64>,
-    /// Tasks of the periodic evaluation (a fixed subset: the first of the split).
+    /// Tasks of the periodic evaluation (a fixed subset spread evenly over the split).
     pub eval_tasks: usize,
     pub seed: u64,
     pub learner: LearnerConfig,
@@ -182,7 +182,7 @@ impl TrainConfig {
 pub struct EvalConfig {
     /// `test` or `train`.
     pub split: String,
-    /// Evaluate the first N tasks of the split (`None`: all).
+    /// Evaluate N tasks spread evenly over the split (`None`: all).
     pub tasks: Option<usize>,
     pub temperature: f32,
     pub top_p: f32,
@@ -255,8 +255,8 @@ impl RunConfig {
             max_restarts: 10,
         };
         c.judge = JudgeKind::DenseChecklist;
-        // A seed's user turn takes two Act turns (the calls, then the answer): four leave room
-        // for a retry and stop a policy that keeps calling from filling the context.
+        // A seed's user turn takes two Act turns (the calls, then the answer): a third leaves
+        // room for a retry and stop a policy that keeps calling from filling the context.
         c.rollout.max_act_turns_per_user_turn = Some(3);
         c.rollout.max_user_turns = Some(1);
         // 95 % of the seeds' call turns fit in 160 tokens, 97 % of their results in 80.
@@ -285,19 +285,20 @@ impl RunConfig {
                 c.eval.fidelity_calls_per_task = Some(1);
             }
             Preset::Long => {
-                // Every train seed once (about 73 min of the 2 h on 2 cores), then a short
-                // GRPO run whose test score and fidelity are read every 3 steps.
+                // Every train seed once (about 80 of its ~115 minutes on 2 cores, estimated
+                // from the demo's rate of 32 s per seed), then a short GRPO run whose test
+                // score and fidelity are read every 2 steps.
                 c.model.dtype = "bf16".into();
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = None;
                 c.sft.seeds_per_step = 2;
-                c.train.steps = 6;
+                c.train.steps = 4;
                 c.train.tasks_per_step = 4;
                 c.train.k = 4;
                 c.train.max_tasks_per_step = Some(8);
                 c.train.learner.lr = 1e-5;
-                c.train.eval_every = Some(3);
-                c.train.eval_tasks = 20;
+                c.train.eval_every = Some(2);
+                c.train.eval_tasks = 12;
                 c.eval.tasks = None;
                 c.eval.fidelity_calls_per_task = Some(1);
             }
@@ -539,7 +540,7 @@ mod tests {
             c.eval.tasks, None,
             "the final table covers the whole test split"
         );
-        assert_eq!((c.train.eval_every, c.train.eval_tasks), (Some(3), 20));
+        assert_eq!((c.train.eval_every, c.train.eval_tasks), (Some(2), 12));
     }
 
     #[test]

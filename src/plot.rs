@@ -136,7 +136,7 @@ pub fn plot_training(path: &Path, train: &TrainReport) -> Result<(), PlotError> 
     draw_panel(
         &panels[1],
         x.clone(),
-        "fraction",
+        FRACTION,
         vec![
             Curve::new(
                 "zero-variance groups",
@@ -196,6 +196,9 @@ pub fn plot_training(path: &Path, train: &TrainReport) -> Result<(), PlotError> 
     root.present().map_err(|e| draw_err(&e))
 }
 
+/// The y description of panels whose values are fractions.
+const FRACTION: &str = "fraction";
+
 /// One panel: a line (and interval bars) per curve over steps, axis descriptions, a legend;
 /// `empty` written in the middle when no curve has a point.
 fn draw_panel<'a>(
@@ -205,22 +208,30 @@ fn draw_panel<'a>(
     curves: Vec<Curve>,
     empty: &str,
 ) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'a> as DrawingBackend>::ErrorType>> {
-    let y = y_range(curves.iter().flat_map(|c| {
-        c.points
-            .iter()
-            .map(|p| p.1)
-            .chain(c.bars.iter().flat_map(|b| [b.1, b.2]))
-    }));
+    // Fractions keep their whole [0, 1] scale, so an all-zero series reads as zero.
+    let y = if y_desc == FRACTION {
+        -0.02..1.02
+    } else {
+        y_range(curves.iter().flat_map(|c| {
+            c.points
+                .iter()
+                .map(|p| p.1)
+                .chain(c.bars.iter().flat_map(|b| [b.1, b.2]))
+        }))
+    };
     let mut chart = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x, y)?;
+        .build_cartesian_2d(x.clone(), y)?;
+    // Steps are whole numbers: one label per step up to 10 steps.
+    let x_labels = ((x.end - x.start).round() as usize + 1).clamp(2, 11);
     chart
         .configure_mesh()
         .x_desc("training steps done")
         .y_desc(y_desc)
-        .x_labels(10)
+        .x_labels(x_labels)
+        .x_label_formatter(&|v| format!("{v:.0}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()?;
@@ -283,7 +294,7 @@ fn x_range(xs: impl Iterator<Item = f64>) -> Range<f64> {
 }
 
 /// Value axis: the finite values' span plus 5% each side; ±0.5 around a single value; 0..1
-/// when there are none.
+/// when there are none; starting just below 0 when no value is negative.
 fn y_range(values: impl Iterator<Item = f64>) -> Range<f64> {
     let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
         (lo.min(v), hi.max(v))
@@ -292,10 +303,16 @@ fn y_range(values: impl Iterator<Item = f64>) -> Range<f64> {
         return 0.0..1.0;
     }
     let span = hi - lo;
-    if span <= f64::EPSILON * lo.abs().max(1.0) {
-        return lo - 0.5..hi + 0.5;
+    let r = if span <= f64::EPSILON * lo.abs().max(1.0) {
+        lo - 0.5..hi + 0.5
+    } else {
+        lo - 0.05 * span..hi + 0.05 * span
+    };
+    // Rewards, scores and norms are not negative: no axis below zero for them.
+    if lo >= 0.0 && r.start < 0.0 {
+        return -0.02 * r.end..r.end;
     }
-    lo - 0.05 * span..hi + 0.05 * span
+    r
 }
 
 /// Registers DejaVu Sans (regular and bold) under [`FONT`] with plotters, once per process;
@@ -414,6 +431,9 @@ mod tests {
         assert_eq!(y_range(std::iter::empty()), 0.0..1.0);
         assert_eq!(y_range([2.0].into_iter()), 1.5..2.5);
         let r = y_range([0.0, 10.0].into_iter());
-        assert!((r.start + 0.5).abs() < 1e-12 && (r.end - 10.5).abs() < 1e-12);
+        assert!((r.start + 0.21).abs() < 1e-12 && (r.end - 10.5).abs() < 1e-12);
+        let r = y_range([-1.0, 9.0].into_iter());
+        assert!((r.start + 1.5).abs() < 1e-12 && (r.end - 9.5).abs() < 1e-12);
+        assert_eq!(y_range([0.0].into_iter()), -0.01..0.5);
     }
 }

@@ -208,7 +208,8 @@ pub struct TrainReport {
     pub real_env_calls: u64,
     /// One entry per optimiser step, in order (skipped steps included).
     pub steps: Vec<StepMetrics>,
-    /// Evaluations of a fixed test subset during training (`train.eval_every`).
+    /// Evaluations of a fixed subset of the eval split during training (`train.eval_every`):
+    /// at step 0, every N steps and after the last step.
     pub evals: Vec<PeriodicEval>,
 }
 
@@ -226,6 +227,8 @@ pub struct PeriodicEval {
     pub tasks: u64,
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub wall_s: f64,
+    /// Real environment calls of the evaluation and its fidelity replays (not training's).
+    pub real_env_calls: u64,
 }
 
 /// Metrics of one optimiser step of role-wise GRPO.
@@ -258,6 +261,7 @@ pub struct StepMetrics {
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub adv_std_rehearse: f64,
     /// Loss of the step (PPO-clip policy loss plus `kl_coef`·KL), aggregated as configured.
+    /// This, `kl`, `approx_kl`, `clip_frac` and `grad_norm` are NaN (`null`) on a skipped step.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub loss: f64,
     /// k3 KL to the frozen reference policy, per token (0 when `grpo.kl_coef` is off).
@@ -278,9 +282,9 @@ pub struct StepMetrics {
     /// Throughput of the step, tokens per second of wall-clock time.
     #[serde(deserialize_with = "f64_nan_if_null")]
     pub tokens_per_s: f64,
-    /// Act rows in the batch.
+    /// Act rows of every rollout of the step (trained or not; see `informative_rows_act`).
     pub rows_act: u64,
-    /// Rehearse rows in the batch.
+    /// Rehearse rows of every rollout of the step (see `informative_rows_rehearse`).
     pub rows_rehearse: u64,
     /// Trajectories rolled out for the step.
     pub trajectories: u64,
@@ -336,7 +340,7 @@ pub struct EvalReport {
     pub metrics: EvalMetrics,
     /// The Rehearse role against real results of the same tasks' ground-truth replays.
     pub fidelity: Option<FidelityReport>,
-    /// One entry per task, in evaluation order.
+    /// One entry per task, sorted by task id (as text).
     pub per_task: Vec<TaskResult>,
 }
 
@@ -1073,7 +1077,16 @@ mod tests {
     fn comparisons_pair_tasks_and_star_intervals_that_exclude_zero() {
         let mut r = sample();
         let mut sft = r.variants[VARIANT_ENVACE].clone();
-        // The same tasks in another order: pairing goes by task id.
+        // Each task's checklist score 0.1 below its base score (the scores differ between
+        // tasks), listed in another order: only pairing by task id gives a constant -0.1.
+        let base: BTreeMap<String, f64> = r.variants[VARIANT_BASE]
+            .per_task
+            .iter()
+            .map(|t| (t.task.clone(), t.checklist_score))
+            .collect();
+        for t in &mut sft.per_task {
+            t.checklist_score = base[&t.task] - 0.1;
+        }
         sft.per_task.reverse();
         r.variants.insert(VARIANT_SFT.into(), sft);
         r.update_comparisons();
@@ -1082,6 +1095,10 @@ mod tests {
         // Every task gains a full well-formed share: the paired difference is exactly +1.
         let wf = c.differences["well_formed_call_share"];
         assert_eq!((wf.estimate, wf.low, wf.high), (1.0, 1.0, 1.0));
+        let cs = c.differences["checklist_score"];
+        for v in [cs.estimate, cs.low, cs.high] {
+            assert!((v + 0.1).abs() < 1e-12, "{cs:?}");
+        }
         let ts = c.differences["task_success"];
         assert!((ts.estimate - 0.25).abs() < 1e-12);
         assert!(r.comparisons["envace - sft"].differences["task_success"].estimate == 0.0);

@@ -9,7 +9,9 @@
 //! ratio; the interval is the 2.5 % and 97.5 % quantiles of [`RESAMPLES`] resampled ratios
 //! (linear interpolation between order statistics, numpy's default). A paired difference
 //! resamples the same task indices for both variants, so a per-task effect is not drowned by
-//! the spread between tasks.
+//! the spread between tasks. A resample whose denominators sum to 0 (no Act turn drawn, say)
+//! has no ratio and is left out, so the interval is conditional on a defined ratio; with the
+//! evaluation's metrics this only happens when most tasks have an empty denominator.
 //!
 //! ```
 //! use envace::stats::{bootstrap, PerTask};
@@ -193,13 +195,6 @@ mod tests {
         let ci = bootstrap(&means(&[0.0, 0.0, 1.0]), 3);
         assert!((ci.estimate - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!((ci.low, ci.high), (0.0, 1.0));
-        // And the empirical mass at 0 is close to 8/27.
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let zero = (0..RESAMPLES)
-            .filter(|_| (0..3).all(|_| rng.random_range(0..3) != 2))
-            .count() as f64
-            / RESAMPLES as f64;
-        assert!((zero - 8.0 / 27.0).abs() < 0.02, "{zero}");
     }
 
     #[test]

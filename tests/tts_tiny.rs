@@ -40,6 +40,9 @@ fn rehearse_condense_commit_store_and_reuse() {
         let mut p = Pipeline::open(cfg, &dir.0, "tiny").await.expect("open");
         p.collect().await.expect("collect");
         let kit = p.topology.kit.clone();
+        // The one test task a limit of 1 evaluates (the middle of the test split).
+        let (_, picked) = p.eval_tasks(Some(1)).expect("eval tasks");
+        let task_id = picked[0].id.0.clone();
 
         // Parallel N = 2 on one test task.
         let spec: TtsSpec = "parallel:2".parse().expect("spec");
@@ -59,7 +62,7 @@ fn rehearse_condense_commit_store_and_reuse() {
         let m = &memories[0];
         assert_eq!(
             (m.mode, m.n, m.task.0.as_str()),
-            (RehearsalMode::Parallel, 2, "multi_turn_base_5")
+            (RehearsalMode::Parallel, 2, task_id.as_str())
         );
         assert_eq!((m.rehearsals.len(), m.critiques.len()), (2, 2));
         assert!(
@@ -118,7 +121,7 @@ fn rehearse_condense_commit_store_and_reuse() {
             .get::<RehearsalMemory>(&SampleKey {
                 run: RunId::from("tts-base-sequential-3"),
                 step: 0,
-                task: "multi_turn_base_5".into(),
+                task: task_id.as_str().into(),
                 sample: 0,
             })
             .expect("read")

@@ -21,7 +21,7 @@
 //!           = ⅓ + ⅓·|Kᵢ ∩ K_c| / |Kᵢ ∪ K_c| + ⅓·|{k ∈ Kᵢ ∩ K_c : vᵢ(k) = v_c(k)}| / |Kᵢ ∪ K_c|
 //!                                                      otherwise (K: argument names; 0/0 = 1)
 //! credit  a = max over one-to-one matchings M of Σ_{(i,c)∈M} wᵢ·sim(i, c) / Σᵢ wᵢ
-//!           = [no call written]                        for a turn whose checklist is empty
+//!           = [no call written, nothing malformed, a final answer]  for an empty checklist
 //! turn score = 0.2·f + 0.8·a
 //! reward R  = Σ turn scores / number of user turns (turns not reached score 0)
 //! ```
@@ -61,14 +61,21 @@ impl Judge for DenseChecklistJudge {
             let calls: Vec<&ToolCall> = played.all_calls().collect();
             let m = match_calls(task, items, &calls);
             let format = format_score(items, played);
-            let score = FORMAT_WEIGHT * format + (1.0 - FORMAT_WEIGHT) * m.credit as f32;
+            // A turn that expects no call earns its credit by answering cleanly without one
+            // (a malformed or unfinished output is not that answer).
+            let credit = if items.is_empty() {
+                f64::from(u8::from(format == 1.0))
+            } else {
+                m.credit
+            };
+            let score = FORMAT_WEIGHT * format + (1.0 - FORMAT_WEIGHT) * credit as f32;
             TurnScore {
                 score: score.clamp(0.0, 1.0),
                 passed_required: gate.passed_required,
                 reason: format!(
                     "format {format:.1}, credit {:.3} ({} of {} calls with the right name, {} \
                      exact); {}",
-                    m.credit, m.names, m.expected, m.exact, gate.reason
+                    credit, m.names, m.expected, m.exact, gate.reason
                 ),
             }
         })
@@ -454,6 +461,16 @@ mod tests {
         assert_eq!(v.turn_scores[0].score, 0.0, "{v:?}");
         assert!(v.turn_scores[1].reason.starts_with("not reached"));
         // A plain-text answer to a turn that needs calls parses, but is not the turn's form.
+        // An output that breaks off on a turn expecting no call: form only, no credit.
+        let broken = vec![
+            TurnCalls {
+                malformed: true,
+                ..TurnCalls::default()
+            },
+            TurnCalls::answered(vec![call("ls()")]),
+        ];
+        let v = DenseChecklistJudge.judge(&task, &broken);
+        assert!(close(v.turn_scores[0].score, 0.1), "{v:?}");
         let text = vec![TurnCalls::answered(vec![])];
         assert_eq!(
             DenseChecklistJudge.judge(&two_turn_task(), &text).reward,

@@ -89,7 +89,10 @@ impl Pipeline {
             .await
     }
 
-    /// The split of `eval.split` and its first `limit` (or `eval.tasks`) tasks.
+    /// The split of `eval.split`, or `limit` (else `eval.tasks`) of its tasks spread evenly over
+    /// it in index order ([`evenly_spaced`]), so a subset spans the split's classes as the whole
+    /// split does (BFCL's index order groups scenarios by class: the first 30 test tasks would
+    /// leave out TravelAPI).
     ///
     /// # Errors
     /// `eval.split` is not `train` or `test`.
@@ -105,7 +108,11 @@ impl Pipeline {
             Split::Test => &self.suite.test,
         };
         let n = limit.or(self.cfg.eval.tasks).unwrap_or(tasks.len());
-        Ok((split, tasks.iter().take(n).cloned().collect()))
+        let picked = evenly_spaced(tasks.len(), n)
+            .into_iter()
+            .map(|i| tasks[i].clone())
+            .collect();
+        Ok((split, picked))
     }
 
     /// How evaluation episodes are played: the rollout settings with the evaluation sampling
@@ -120,7 +127,7 @@ impl Pipeline {
         ep
     }
 
-    /// Evaluates the current weights as `variant` on `eval.split` (first `eval.tasks` tasks,
+    /// Evaluates the current weights as `variant` on `eval.split` (`eval.tasks` tasks spread over it,
     /// or `limit`) in the real environment, then the Rehearse role's fidelity on the same
     /// tasks' real calls; records the result under `variants.<name>` (every metric with its
     /// interval), updates the paired comparisons and records the stage `eval_<name>`.
@@ -337,5 +344,32 @@ pub fn task_result(t: &Trajectory, task: &EpisodeTask) -> TaskResult {
         exact_matches: exact,
         fidelity_calls: 0,
         fidelity_equal: 0,
+    }
+}
+
+/// `n` of the positions `0..len`, spread evenly: position `⌊(2j + 1)·len / 2n⌋` for
+/// `j = 0..n` (the middle of each of `n` equal stretches), in increasing order; all of them
+/// when `n ≥ len`.
+pub fn evenly_spaced(len: usize, n: usize) -> Vec<usize> {
+    if n >= len {
+        return (0..len).collect();
+    }
+    (0..n).map(|j| (2 * j + 1) * len / (2 * n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::evenly_spaced;
+
+    #[test]
+    fn subsets_spread_over_the_split() {
+        assert_eq!(evenly_spaced(50, 2), vec![12, 37]);
+        assert_eq!(evenly_spaced(50, 1), vec![25]);
+        assert_eq!(evenly_spaced(3, 5), vec![0, 1, 2]);
+        assert_eq!(evenly_spaced(0, 2), Vec::<usize>::new());
+        let thirty = evenly_spaced(50, 30);
+        assert_eq!(thirty.len(), 30);
+        assert!(thirty.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!((thirty[0], thirty[29]), (0, 49));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! **Every row of every seed the warm-up uses is trained**, in both protocols. A budget only
 //! chooses how many seeds (`sft.seeds`, taken stratified: round-robin over the split's strata
-//! in stratum order, each stratum's seeds in id order) and how many passes (`sft.epochs`); it
+//! in stratum order, each stratum's seeds in the store's order: task id as text, so
+//! `multi_turn_base_10` before `multi_turn_base_2`) and how many passes (`sft.epochs`); it
 //! never leaves out a role's rows. An optimizer step takes `sft.seeds_per_step` whole seeds
 //! (the seeds shuffled per epoch with `sft.seed`), so a seed's rows stay together and, with
 //! `sft.learner.pack_prefixes`, share their common prefixes in one packed forward.

@@ -1,6 +1,7 @@
 //! `train`: self-rehearsal role-wise GRPO. Every tool call is answered by the policy's own
 //! Rehearse role; the real environment is never called, which the stage counts and enforces
-//! (periodic evaluations call it and are counted apart).
+//! (periodic evaluations call it: their calls are left out of the stage's count and recorded
+//! in each `PeriodicEval`).
 //!
 //! No dead steps: a group (a task's K trajectories) whose rows all have the same reward has
 //! zero advantages and teaches nothing. With dynamic sampling (DAPO) a step keeps drawing
@@ -201,7 +202,8 @@ impl Pipeline {
                     .and_then(|o| o.per_role.get(&r.to_string()).copied())
                     .unwrap_or_default()
             };
-            let stats = out.as_ref().map(|o| o.stats).unwrap_or_default();
+            // A skipped step has no loss, KL or gradient: NaN (`null` in report.json), never 0.
+            let stats = out.as_ref().filter(|_| !skipped).map(|o| o.stats);
             let (act, reh) = (trained_role(Role::Act), trained_role(Role::Rehearse));
             let m = StepMetrics {
                 step,
@@ -213,11 +215,11 @@ impl Pipeline {
                 adv_std_act: act.adv_std,
                 adv_mean_rehearse: reh.adv_mean,
                 adv_std_rehearse: reh.adv_std,
-                loss: stats.loss,
-                kl: stats.ref_kl,
-                approx_kl: stats.approx_kl,
-                clip_frac: stats.clip_frac,
-                grad_norm: stats.grad_norm,
+                loss: stats.map_or(f64::NAN, |s| s.loss),
+                kl: stats.map_or(f64::NAN, |s| s.ref_kl),
+                approx_kl: stats.map_or(f64::NAN, |s| s.approx_kl),
+                clip_frac: stats.map_or(f64::NAN, |s| s.clip_frac),
+                grad_norm: stats.map_or(f64::NAN, |s| s.grad_norm),
                 tokens: step_tokens,
                 tokens_per_s: step_tokens as f64 / secs(step_start).max(1e-9),
                 rows_act: all_role(Role::Act).rows,
@@ -307,7 +309,7 @@ impl Pipeline {
         Ok(stage)
     }
 
-    /// Evaluates the current weights on the first `train.eval_tasks` tasks of the eval split
+    /// Evaluates the current weights on `train.eval_tasks` tasks spread over the eval split
     /// (with Rehearse fidelity) and records it after `step` training steps; returns the real
     /// environment calls it made.
     ///
@@ -343,6 +345,7 @@ impl Pipeline {
             fidelity_equal_values: fidelity,
             tasks: e.tasks,
             wall_s: e.wall_s,
+            real_env_calls: self.topology.real_env_calls() - before,
         });
         Ok(self.topology.real_env_calls() - before)
     }

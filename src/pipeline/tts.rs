@@ -119,7 +119,7 @@ pub struct TtsResult {
 
 impl Pipeline {
     /// Evaluates the current weights as `variant` with test-time scaling `tts` (`None`: no
-    /// rehearsal, the baseline) on `eval.split`, first `limit` (or `eval.tasks`) tasks; stores
+    /// rehearsal, the baseline) on `eval.split`, `limit` (or `eval.tasks`) tasks spread over it; stores
     /// each m_x with its rehearsals and critiques (run `tts-<variant>-<mode>-<N>`) and the
     /// rehearsal trajectories (run `tts-<variant>-<mode>-<N>-rehearsal`, sample = n); adds a
     /// `tts` entry to the report. With `reuse_memory`, a memory already stored for the task is
