@@ -285,9 +285,9 @@ impl RunConfig {
                 c.eval.fidelity_calls_per_task = Some(1);
             }
             Preset::Long => {
-                // Every train seed once (about 80 of its ~115 minutes on 2 cores, estimated
-                // from the demo's rate of 32 s per seed), then a short GRPO run whose test
-                // score and fidelity are read every 2 steps.
+                // Every train seed once (about 92 minutes on 2 cores, at a measured 37 s per
+                // seed), then a short GRPO run whose test score and fidelity are read every 2
+                // steps.
                 c.model.dtype = "bf16".into();
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = None;
