@@ -114,7 +114,7 @@ impl ScenarioSplit {
         for ((key, (classes, mut ids)), q) in by_stratum.into_iter().zip(quotas) {
             ids.sort_unstable();
             let n = ids.len();
-            let places: BTreeSet<usize> = (0..q).map(|j| (2 * j + 1) * n / (2 * q)).collect();
+            let places: BTreeSet<usize> = evenly_spaced(n, q).into_iter().collect();
             let (mut test, mut train) = (Vec::new(), Vec::new());
             for (pos, &index) in ids.iter().enumerate() {
                 if places.contains(&pos) {
@@ -165,6 +165,16 @@ impl ScenarioSplit {
         }
         counts
     }
+}
+
+/// `n` of the positions `0..len`, spread evenly: position `⌊(2j + 1)·len / 2n⌋` for
+/// `j = 0..n` (the middle of each of `n` equal stretches), in increasing order; all of them
+/// when `n ≥ len`.
+pub fn evenly_spaced(len: usize, n: usize) -> Vec<usize> {
+    if n >= len {
+        return (0..len).collect();
+    }
+    (0..n).map(|j| (2 * j + 1) * len / (2 * n)).collect()
 }
 
 /// Splits `total` places over `sizes` in proportion (largest remainder; ties go to the larger

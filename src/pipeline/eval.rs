@@ -90,7 +90,7 @@ impl Pipeline {
     }
 
     /// The split of `eval.split`, or `limit` (else `eval.tasks`) of its tasks spread evenly over
-    /// it in index order ([`evenly_spaced`]), so a subset spans the split's classes as the whole
+    /// it in index order ([`evenly_spaced`](crate::bfcl::split::evenly_spaced)), so a subset spans the split's classes as the whole
     /// split does (BFCL's index order groups scenarios by class: the first 30 test tasks would
     /// leave out TravelAPI).
     ///
@@ -108,7 +108,7 @@ impl Pipeline {
             Split::Test => &self.suite.test,
         };
         let n = limit.or(self.cfg.eval.tasks).unwrap_or(tasks.len());
-        let picked = evenly_spaced(tasks.len(), n)
+        let picked = crate::bfcl::split::evenly_spaced(tasks.len(), n)
             .into_iter()
             .map(|i| tasks[i].clone())
             .collect();
@@ -347,19 +347,9 @@ pub fn task_result(t: &Trajectory, task: &EpisodeTask) -> TaskResult {
     }
 }
 
-/// `n` of the positions `0..len`, spread evenly: position `⌊(2j + 1)·len / 2n⌋` for
-/// `j = 0..n` (the middle of each of `n` equal stretches), in increasing order; all of them
-/// when `n ≥ len`.
-pub fn evenly_spaced(len: usize, n: usize) -> Vec<usize> {
-    if n >= len {
-        return (0..len).collect();
-    }
-    (0..n).map(|j| (2 * j + 1) * len / (2 * n)).collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::evenly_spaced;
+    use crate::bfcl::split::evenly_spaced;
 
     #[test]
     fn subsets_spread_over_the_split() {
