@@ -180,10 +180,14 @@ impl ActParseError {
 ///
 /// Rules (DESIGN.md §2): leading whitespace and an optional leading `<think>…</think>` are
 /// skipped (a `</think>` with no opening tag is taken as the end of a think block the chat
-/// template opened in the prompt); then every `<tool_call>…</tool_call>` block is one call, a
-/// JSON object `{"name": str, "arguments": {…}}` where `parameters` is an alias of `arguments`
-/// and `arguments` may be a JSON string holding an object. Text outside the blocks is
-/// [`ActOutput::content`]. Every name must be in `whitelist` (an empty whitelist allows none).
+/// template opened in the prompt), and so is any later think block, with the blocks drafted
+/// inside it; then every `<tool_call>…</tool_call>` block is one call, a JSON object
+/// `{"name": str, "arguments": {…}}` where `parameters` is an alias of `arguments` (when both
+/// are given, an empty one yields to the other) and `arguments` may be a JSON string holding an
+/// object. A block whose body is one JSON object ends at the `</tool_call>` after that object,
+/// so a string argument may contain the tag's text. Text outside the blocks and think blocks
+/// is [`ActOutput::content`]. Every name must be in `whitelist` (an empty whitelist allows
+/// none).
 ///
 /// # Errors
 /// The first problem found, in text order: [`ActErrorCode::MalformedToolCall`] for an unclosed
@@ -203,36 +207,35 @@ fn parse_blocks(
     whitelist: &[&str],
     calls: &mut Vec<ToolCall>,
 ) -> Result<ActOutput, ActParseError> {
-    let rest = strip_think(text)?;
+    let mut rest = strip_think(text)?;
     let mut content = String::new();
-    let mut rest = rest;
     loop {
-        let open = rest.find(CALL_OPEN);
-        let close = rest.find(CALL_CLOSE);
-        match (open, close) {
-            (None, None) => {
-                content.push_str(rest);
-                break;
-            }
-            (Some(open), close) if close.is_none_or(|c| open < c) => {
-                content.push_str(&rest[..open]);
-                let after = &rest[open + CALL_OPEN.len()..];
-                let index = calls.len() + 1;
-                let Some(end) = after.find(CALL_CLOSE) else {
+        let next = [THINK_OPEN, CALL_OPEN, CALL_CLOSE]
+            .into_iter()
+            .filter_map(|tag| rest.find(tag).map(|at| (at, tag)))
+            .min();
+        let Some((at, tag)) = next else {
+            content.push_str(rest);
+            break;
+        };
+        content.push_str(&rest[..at]);
+        let after = &rest[at + tag.len()..];
+        rest = match tag {
+            // A draft inside a later think block is not a call.
+            THINK_OPEN => match after.find(THINK_CLOSE) {
+                Some(end) => &after[end + THINK_CLOSE.len()..],
+                None => {
                     return Err(ActParseError::new(
                         ActErrorCode::MalformedToolCall,
-                        format!("tool call {index}: {CALL_OPEN} is never closed by {CALL_CLOSE}"),
-                    ));
-                };
-                let body = &after[..end];
-                if body.contains(CALL_OPEN) {
-                    return Err(ActParseError::new(
-                        ActErrorCode::MalformedToolCall,
-                        format!("tool call {index}: {CALL_OPEN} opened inside another block"),
-                    ));
+                        format!("{THINK_OPEN} is never closed by {THINK_CLOSE}"),
+                    ))
                 }
+            },
+            CALL_OPEN => {
+                let index = calls.len() + 1;
+                let (body, used) = block_body(after, index)?;
                 calls.push(parse_call(body, index, whitelist)?);
-                rest = &after[end + CALL_CLOSE.len()..];
+                &after[used..]
             }
             _ => {
                 return Err(ActParseError::new(
@@ -240,12 +243,46 @@ fn parse_blocks(
                     format!("stray {CALL_CLOSE} without an opening {CALL_OPEN}"),
                 ));
             }
-        }
+        };
     }
     Ok(ActOutput {
         calls: std::mem::take(calls),
         content: content.trim().to_string(),
     })
+}
+
+/// The body of the block that opened just before `after`, and the bytes of `after` it uses
+/// with its closing tag. A body that is one JSON object followed by `</tool_call>` ends there,
+/// so a string argument may hold the text `</tool_call>` or `<tool_call>`; any other body ends
+/// at the first `</tool_call>`.
+fn block_body(after: &str, index: usize) -> Result<(&str, usize), ActParseError> {
+    let lead = after.len() - after.trim_start().len();
+    if after[lead..].starts_with('{') {
+        let mut values =
+            serde_json::Deserializer::from_str(&after[lead..]).into_iter::<serde::de::IgnoredAny>();
+        if let Some(Ok(_)) = values.next() {
+            let end = lead + values.byte_offset();
+            let tail = &after[end..];
+            let gap = tail.len() - tail.trim_start().len();
+            if tail[gap..].starts_with(CALL_CLOSE) {
+                return Ok((&after[..end], end + gap + CALL_CLOSE.len()));
+            }
+        }
+    }
+    let Some(end) = after.find(CALL_CLOSE) else {
+        return Err(ActParseError::new(
+            ActErrorCode::MalformedToolCall,
+            format!("tool call {index}: {CALL_OPEN} is never closed by {CALL_CLOSE}"),
+        ));
+    };
+    let body = &after[..end];
+    if body.contains(CALL_OPEN) {
+        return Err(ActParseError::new(
+            ActErrorCode::MalformedToolCall,
+            format!("tool call {index}: {CALL_OPEN} opened inside another block"),
+        ));
+    }
+    Ok((body, end + CALL_CLOSE.len()))
 }
 
 /// The text after an optional leading think block.
@@ -293,10 +330,20 @@ fn parse_call(body: &str, index: usize, whitelist: &[&str]) -> Result<ToolCall, 
         }
         None => return Err(err(ActErrorCode::MissingName, "no \"name\" field".into())),
     };
-    let arguments = match object
-        .remove("arguments")
-        .or_else(|| object.remove("parameters"))
-    {
+    let arguments = match (object.remove("arguments"), object.remove("parameters")) {
+        // An empty `arguments` beside a filled `parameters` (or the reverse) is a template's
+        // placeholder: the filled one is the call.
+        (Some(a), Some(p)) if no_arguments(&a) => Some(p),
+        (Some(a), Some(p)) if no_arguments(&p) || a == p => Some(a),
+        (Some(_), Some(_)) => return Err(err(
+            ActErrorCode::InvalidArguments,
+            format!(
+                "call of {name:?} has both \"arguments\" and \"parameters\", with different values"
+            ),
+        )),
+        (a, p) => a.or(p),
+    };
+    let arguments = match arguments {
         None | Some(Value::Null) => {
             return Err(err(
                 ActErrorCode::MissingArguments,
@@ -339,6 +386,16 @@ fn parse_call(body: &str, index: usize, whitelist: &[&str]) -> Result<ToolCall, 
         ));
     }
     Ok(ToolCall::new(name, arguments))
+}
+
+/// `null`, `{}`, or a string that is blank or `{}`: a call's arguments left unfilled.
+fn no_arguments(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::String(text) => matches!(text.trim(), "" | "{}"),
+        _ => false,
+    }
 }
 
 /// `an array`, `a string`, … for error messages.
@@ -452,6 +509,65 @@ mod tests {
         .expect("parse");
         assert_eq!(out.calls.len(), 1);
         assert!(out.content.is_empty());
+    }
+
+    #[test]
+    fn a_call_drafted_inside_a_later_think_block_is_not_made() {
+        // Public bug reports: the draft inside `<think>` executed as a second call.
+        let call = "<tool_call>{\"name\": \"ls\", \"arguments\": {\"a\": true}}</tool_call>";
+        let text = format!("Sure.\n<think>{call}</think>{call}");
+        let out = parse_act(&text, TOOLS).expect("parse");
+        assert_eq!(
+            out.calls,
+            vec![ToolCall::new("ls", args(json!({"a": true})))]
+        );
+        assert_eq!(out.content, "Sure.");
+        assert_eq!(
+            code(&format!("{call}\n<think>unfinished {call}")),
+            ActErrorCode::MalformedToolCall
+        );
+    }
+
+    #[test]
+    fn a_string_argument_may_hold_the_closing_tag() {
+        let text = "<tool_call>\n{\"name\": \"post_tweet\", \"arguments\": {\"content\": \"use </tool_call> and <tool_call> tags\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>";
+        let out = parse_act(text, TOOLS).expect("parse");
+        assert_eq!(
+            out.calls,
+            vec![
+                ToolCall::new(
+                    "post_tweet",
+                    args(json!({"content": "use </tool_call> and <tool_call> tags"}))
+                ),
+                ToolCall::new("ls", args(json!({}))),
+            ]
+        );
+        assert!(out.content.is_empty());
+        // Text after the object inside the block is still bad JSON.
+        assert_eq!(
+            code("<tool_call>{\"name\": \"ls\", \"arguments\": {}} extra</tool_call>"),
+            ActErrorCode::InvalidJson
+        );
+    }
+
+    #[test]
+    fn an_empty_arguments_beside_filled_parameters_yields_to_them() {
+        let out = parse_act(
+            "<tool_call>{\"name\": \"cd\", \"arguments\": {}, \"parameters\": {\"folder\": \"a\"}}</tool_call><tool_call>{\"name\": \"cd\", \"arguments\": {\"folder\": \"b\"}, \"parameters\": null}</tool_call>",
+            TOOLS,
+        )
+        .expect("parse");
+        assert_eq!(
+            out.calls,
+            vec![
+                ToolCall::new("cd", args(json!({"folder": "a"}))),
+                ToolCall::new("cd", args(json!({"folder": "b"}))),
+            ]
+        );
+        assert_eq!(
+            code("<tool_call>{\"name\": \"cd\", \"arguments\": {\"folder\": \"a\"}, \"parameters\": {\"folder\": \"b\"}}</tool_call>"),
+            ActErrorCode::InvalidArguments
+        );
     }
 
     #[test]
