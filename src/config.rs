@@ -393,6 +393,9 @@ impl RunConfig {
         positive(self.train.k as usize, "train.k")?;
         positive(self.sft.seeds_per_step, "sft.seeds_per_step")?;
         positive(self.sft.epochs as usize, "sft.epochs")?;
+        if self.eval.tasks == Some(0) {
+            return Err("eval.tasks must be at least 1 (or left out for the whole split)".into());
+        }
         if self.sft.seeds == Some(0) {
             return Err("sft.seeds must be at least 1 (or left out for every seed)".into());
         }

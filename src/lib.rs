@@ -31,6 +31,7 @@ pub mod config;
 pub mod pipeline;
 pub mod plot;
 pub mod report;
+pub mod run_folder;
 pub mod runtime;
 pub mod stats;
 pub mod telemetry;

@@ -448,6 +448,49 @@ fn demo_tiny_writes_the_report_and_plot() {
     let png = std::fs::read(dir.0.join("training.png")).expect("plot");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(dir.0.join("db").is_dir());
+
+    // Checkpoint records name their files relative to the run folder.
+    let store = Store::open(dir.0.join("db"), StoreOptions::default()).expect("store");
+    let recorded: Vec<PathBuf> = store
+        .scan::<envace::storage::Checkpoint>(&Prefix::all())
+        .map(|r| r.expect("checkpoint").1.path)
+        .collect();
+    drop(store);
+    assert!(!recorded.is_empty());
+    assert!(
+        recorded
+            .iter()
+            .all(|p| p.starts_with("checkpoints") && p.is_relative()),
+        "{recorded:?}"
+    );
+    // A copied folder evaluates its own weights, from another working directory, with the
+    // folder's own config (no --preset: the tiny model, not the default smollm2).
+    let copy = TempDir::new("demo-copy");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(dir.0.join("."))
+        .arg(&copy.0)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    std::fs::remove_dir_all(dir.0.join("checkpoints")).expect("remove the original's weights");
+    let eval = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(["eval", "--variant", "envace", "--limit", "1", "--out"])
+        .arg(&copy.0)
+        .current_dir(std::env::temp_dir())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run envace eval");
+    let stderr = String::from_utf8_lossy(&eval.stderr);
+    assert!(eval.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(copy.0.join("report.json")).expect("report"))
+            .expect("json");
+    assert_eq!(
+        report["variants"]["envace"]["tasks"], 1,
+        "{}",
+        report["variants"]["envace"]
+    );
 }
 
 #[test]

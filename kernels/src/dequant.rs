@@ -103,7 +103,7 @@ pub fn block_layout(kind: u32) -> Option<(usize, usize)> {
 /// or the size overflows `usize`.
 pub fn byte_size(kind: u32, n_elements: usize) -> Option<usize> {
     let (block_elems, block_bytes) = block_layout(kind)?;
-    if n_elements % block_elems != 0 {
+    if !n_elements.is_multiple_of(block_elems) {
         return None;
     }
     (n_elements / block_elems).checked_mul(block_bytes)

@@ -300,18 +300,37 @@ impl Model {
         &self.vs
     }
 
-    /// Writes every parameter to a safetensors file at `path` (names as in the VarStore).
+    /// Writes every parameter to a safetensors file at `path` (names as in the VarStore),
+    /// durably and atomically: to `NAME.tmp.EXT` first, fsynced, renamed over `path`, then the
+    /// folder fsynced. When this returns `Ok` the file is complete on disk; a crash at any point
+    /// leaves `path` as it was (the old file or none) and at most a stale temporary file.
     ///
     /// # Errors
-    /// [`Error::Torch`] when the file cannot be written.
+    /// [`Error::Torch`] when the tensors cannot be written; [`Error::Io`] when the folder
+    /// cannot be created, or the fsyncs or the rename fail.
     pub fn save_weights(&self, path: &std::path::Path) -> Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Io {
-                path: dir.to_path_buf(),
-                source: e,
-            })?;
-        }
-        self.vs.save(path)?;
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        // `.tmp` goes before the extension: libtorch picks the file format by it.
+        let tmp = match path.extension() {
+            Some(ext) => path.with_extension(format!("tmp.{}", ext.to_string_lossy())),
+            None => path.with_extension("tmp"),
+        };
+        self.vs.save(&tmp)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        std::fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&dir))?;
         Ok(())
     }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use envace::config::{Preset, RunConfig};
-use envace::pipeline::{demo, tts_table, Pipeline, TtsSpec, Variant};
+use envace::pipeline::{demo, tts_table, Pipeline, RunOpen, TtsSpec, Variant};
 use envace::storage::RehearsalMode;
 
 /// Where the run lives and how it is configured.
@@ -14,41 +14,84 @@ pub struct RunArgs {
     /// The run folder (config.toml, db/, checkpoints/, report.json, training.png).
     #[arg(long, alias = "run", default_value = "runs/demo")]
     pub out: PathBuf,
-    /// Budget preset: `smollm2` (embedded model, ~10 min on 2 CPU cores) or `tiny` (tests).
-    #[arg(long, default_value = "smollm2")]
-    pub preset: Preset,
+    /// Budget preset: `smollm2` (embedded model, ~25 min on 2 CPU cores), `long` (~2 h) or
+    /// `tiny` (tests). Without it (and without --config) a folder that holds a run uses its own
+    /// config.toml, and a new folder gets `smollm2`.
+    #[arg(long)]
+    pub preset: Option<Preset>,
     /// A TOML config (see examples/demo.toml); replaces the preset. Keys left out keep their
     /// defaults.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "preset")]
     pub config: Option<PathBuf>,
     /// Multiply the training and evaluation budgets (steps, tasks) for longer runs.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub scale: u64,
-    /// Start the run folder afresh: remove its db/, checkpoints/, report.json and plot first
-    /// (without it, a folder with a training run resumes that run).
+    /// Start the run folder afresh: once no other process holds it, remove its db/,
+    /// checkpoints/, config.toml, report.json and plot (without it, a folder with a run
+    /// resumes that run).
     #[arg(long)]
     pub fresh: bool,
+    /// Continue a run although the config changes keys that change what its steps mean
+    /// (refused by default, naming the keys).
+    #[arg(long)]
+    pub allow_config_change: bool,
 }
 
 impl RunArgs {
+    /// The config (from --config, --preset, the folder's own config.toml, or `smollm2`, in that
+    /// order), scaled by --scale and validated, with the name the report records.
     fn config(&self) -> Result<(RunConfig, String)> {
-        let (mut cfg, name) = match &self.config {
-            Some(path) => (
+        let own = self.out.join("config.toml");
+        let (mut cfg, name) = match (&self.config, self.preset) {
+            (Some(path), _) => (
                 RunConfig::from_file(path).map_err(anyhow::Error::msg)?,
                 path.display().to_string(),
             ),
-            None => (
-                RunConfig::preset(self.preset),
-                self.preset.name().to_string(),
+            (None, Some(preset)) => (RunConfig::preset(preset), preset.name().to_string()),
+            (None, None) if own.exists() => (
+                RunConfig::from_file(&own).map_err(anyhow::Error::msg)?,
+                own.display().to_string(),
+            ),
+            (None, None) => (
+                RunConfig::preset(Preset::Smollm2),
+                Preset::Smollm2.name().to_string(),
             ),
         };
         if self.scale > 1 {
             let s = self.scale;
-            cfg.sft.epochs = cfg.sft.epochs.saturating_mul(s as u32);
-            cfg.train.steps *= s;
-            cfg.eval.tasks = cfg.eval.tasks.map(|n| n * s as usize);
+            let too_big = |key: &str| anyhow::anyhow!("--scale {s}: {key} overflows");
+            cfg.sft.epochs = u32::try_from(s)
+                .ok()
+                .and_then(|s| cfg.sft.epochs.checked_mul(s))
+                .ok_or_else(|| too_big("sft.epochs"))?;
+            cfg.train.steps = cfg
+                .train
+                .steps
+                .checked_mul(s)
+                .ok_or_else(|| too_big("train.steps"))?;
+            cfg.eval.tasks = match cfg.eval.tasks {
+                Some(n) => Some(
+                    usize::try_from(s)
+                        .ok()
+                        .and_then(|s| n.checked_mul(s))
+                        .ok_or_else(|| too_big("eval.tasks"))?,
+                ),
+                None => None,
+            };
+            cfg.validate()
+                .map_err(|e| anyhow::anyhow!("with --scale {s}: {e}"))?;
         }
         Ok((cfg, name))
+    }
+
+    /// How the stage opens the run folder.
+    fn open(&self, create: bool) -> RunOpen {
+        RunOpen {
+            create,
+            // Only the stages that start runs start them afresh.
+            fresh: create && self.fresh,
+            allow_config_change: self.allow_config_change,
+        }
     }
 
     fn runtime(&self) -> Result<tokio::runtime::Runtime> {
@@ -111,25 +154,9 @@ pub enum Stage {
 /// Runs one stage (or the whole demo) on the run folder.
 pub fn run(stage: Stage, args: RunArgs) -> Result<()> {
     let (cfg, name) = args.config()?;
-    if args.fresh {
-        for part in ["db", "checkpoints"] {
-            let path = args.out.join(part);
-            if path.exists() {
-                std::fs::remove_dir_all(&path)
-                    .with_context(|| format!("removing {}", path.display()))?;
-            }
-        }
-        for file in ["report.json", "training.png"] {
-            let path = args.out.join(file);
-            if path.exists() {
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("removing {}", path.display()))?;
-            }
-        }
-    }
     let rt = args.runtime()?;
     rt.block_on(async {
-        let mut p = Pipeline::open(cfg, &args.out, &name).await?;
+        let mut p = Pipeline::open_with(cfg, &args.out, &name, args.open(true)).await?;
         let out = match stage {
             Stage::Collect => p.collect().await.map(drop),
             Stage::Sft => p.sft().await.map(drop),
@@ -157,7 +184,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     }
     let rt = args.run.runtime()?;
     rt.block_on(async {
-        let mut p = Pipeline::open(cfg, &args.run.out, &name).await?;
+        let mut p = Pipeline::open_with(cfg, &args.run.out, &name, args.run.open(false)).await?;
         let out = async {
             p.load_variant(args.variant).await?;
             match args.tts {
@@ -204,7 +231,7 @@ pub fn tts_table_command(args: TtsTableArgs) -> Result<()> {
     let (cfg, name) = args.run.config()?;
     let rt = args.run.runtime()?;
     rt.block_on(async {
-        let mut p = Pipeline::open(cfg, &args.run.out, &name).await?;
+        let mut p = Pipeline::open_with(cfg, &args.run.out, &name, args.run.open(false)).await?;
         let out = async {
             let mut rows = Vec::new();
             for &variant in &args.variants {

@@ -73,11 +73,12 @@ impl Pipeline {
                 self.dir.display()
             );
         };
-        if !checkpoint.path.exists() {
+        let file = self.checkpoint_file(&checkpoint);
+        if !file.exists() {
             bail!(
                 "the {} checkpoint {} is missing: run `envace {stage}` again",
                 variant.name(),
-                checkpoint.path.display()
+                file.display()
             );
         }
         // The version the weights had when saved: the optimizer steps behind them.
@@ -85,8 +86,7 @@ impl Pipeline {
             .metrics
             .get(super::train::POLICY_VERSION_KEY)
             .map_or(checkpoint.step, |v| *v as u64);
-        self.load_weights(checkpoint.path, PolicyVersion(version))
-            .await
+        self.load_weights(file, PolicyVersion(version)).await
     }
 
     /// The split of `eval.split`, or `limit` (else `eval.tasks`) of its tasks spread evenly over
@@ -95,7 +95,7 @@ impl Pipeline {
     /// leave out TravelAPI).
     ///
     /// # Errors
-    /// `eval.split` is not `train` or `test`.
+    /// `eval.split` is not `train` or `test`; `limit` is 0.
     pub fn eval_tasks(&self, limit: Option<usize>) -> Result<(Split, Vec<EpisodeTask>)> {
         let split: Split = self
             .cfg
@@ -108,6 +108,9 @@ impl Pipeline {
             Split::Test => &self.suite.test,
         };
         let n = limit.or(self.cfg.eval.tasks).unwrap_or(tasks.len());
+        if n == 0 {
+            bail!("evaluating 0 tasks measures nothing: --limit and eval.tasks must be at least 1");
+        }
         let picked = crate::bfcl::split::evenly_spaced(tasks.len(), n)
             .into_iter()
             .map(|i| tasks[i].clone())

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::actors::env_actor::EnvFactory;
 use crate::actors::learner::LearnerMsg;
@@ -37,8 +37,9 @@ use crate::bfcl::judge::RuleChecklistJudge;
 use crate::config::{JudgeKind, RunConfig};
 use crate::kernels::{load, ModelSource};
 use crate::report::{RunReport, StageReport};
+use crate::run_folder::{config_changes, config_hash, RunLock};
 use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
-use crate::storage::{Store, StoreOptions};
+use crate::storage::{Checkpoint, Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
 pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, ReplayBench, RolloutBench};
@@ -60,17 +61,118 @@ pub struct Pipeline {
     pub topology: Topology,
     pub report: RunReport,
     pub metrics: MetricsHandle,
+    /// [`config_hash`] of `cfg`: what the run states this process commits record.
+    pub config_hash: String,
+    /// Resume a run whose recorded config hash differs from `cfg`'s.
+    pub allow_config_change: bool,
+    /// Held until the pipeline is dropped: no other process works in `dir` meanwhile.
+    _lock: RunLock,
 }
 
+/// How [`Pipeline::open_with`] treats the run folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOpen {
+    /// Create the folder if it is missing and record `cfg` as its `config.toml` (the stages
+    /// that start or continue a run: collect, sft, train, demo). Without it (eval, tts-table)
+    /// the folder must hold a run already and its `config.toml` is left as it is.
+    pub create: bool,
+    /// Remove the folder's database, checkpoints, report and plot first (once the lock is
+    /// held).
+    pub fresh: bool,
+    /// Continue a run although `cfg` changes keys outside
+    /// [`RESUME_SAFE`](crate::run_folder::RESUME_SAFE) (else that is refused, naming them).
+    pub allow_config_change: bool,
+}
+
+impl RunOpen {
+    /// Start or continue a run: create, no fresh start, config changes refused.
+    pub const START: RunOpen = RunOpen {
+        create: true,
+        fresh: false,
+        allow_config_change: false,
+    };
+}
+
+/// What `--fresh` removes from a run folder.
+const FRESH_PARTS: [&str; 5] = [
+    "db",
+    "checkpoints",
+    "report.json",
+    "training.png",
+    "config.toml",
+];
+
 impl Pipeline {
-    /// Opens (or creates) the run folder `dir`, loads the model and starts the actors.
+    /// [`Pipeline::open_with`] with [`RunOpen::START`].
     ///
     /// # Errors
-    /// The model, BFCL data or store cannot be loaded, or an actor does not start.
+    /// As [`Pipeline::open_with`].
     pub async fn open(cfg: RunConfig, dir: &Path, preset: &str) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("config.toml"), cfg.to_toml())
-            .with_context(|| format!("writing {}", dir.join("config.toml").display()))?;
+        Self::open_with(cfg, dir, preset, RunOpen::START).await
+    }
+
+    /// Takes the run folder `dir` ([`RunLock`], before anything there is read or changed),
+    /// applies `how`, loads the model and starts the actors.
+    ///
+    /// # Errors
+    /// Another process holds the folder; without `how.create`, `dir` holds no run; with it,
+    /// `cfg` changes the keys of a run already in `dir` (the message lists them) and
+    /// `how.allow_config_change` is off; the model, BFCL data or store cannot be loaded, or an
+    /// actor does not start.
+    pub async fn open_with(cfg: RunConfig, dir: &Path, preset: &str, how: RunOpen) -> Result<Self> {
+        let config_file = dir.join("config.toml");
+        if how.create {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        } else if !config_file.exists() || !dir.join("db").exists() {
+            bail!(
+                "no run at {}: start one with `envace demo --out {0}` (or `envace collect`)",
+                dir.display()
+            );
+        }
+        let lock = RunLock::acquire(dir)?;
+        if how.fresh {
+            for part in FRESH_PARTS {
+                let path = dir.join(part);
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else if path.exists() {
+                    std::fs::remove_file(&path)
+                } else {
+                    Ok(())
+                };
+                removed.with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        let toml_text = cfg.to_toml();
+        let config_hash = config_hash(&toml_text)?;
+        if how.create {
+            if config_file.exists() && dir.join("db").exists() {
+                let old = std::fs::read_to_string(&config_file)
+                    .with_context(|| format!("reading {}", config_file.display()))?;
+                let changes = config_changes(&old, &toml_text)?;
+                if !changes.is_empty() {
+                    if !how.allow_config_change {
+                        bail!(
+                            "the config differs from the run in {} in {} key(s):\n  {}\nresume \
+                             with the run's own config (leave out --preset and --config), pass \
+                             --allow-config-change to go on with the new one, or --fresh to \
+                             start over",
+                            dir.display(),
+                            changes.len(),
+                            changes.join("\n  ")
+                        );
+                    }
+                    eprintln!(
+                        "warning: continuing the run in {} with a changed config \
+                         (--allow-config-change):\n  {}",
+                        dir.display(),
+                        changes.join("\n  ")
+                    );
+                }
+            }
+            std::fs::write(&config_file, &toml_text)
+                .with_context(|| format!("writing {}", config_file.display()))?;
+        }
         let metrics = install_metrics_recorder();
         let device: DeviceChoice = cfg
             .model
@@ -89,6 +191,22 @@ impl Pipeline {
             PromptKit::new(loaded.tokenizer.clone(), loaded.chat_template)
                 .context("building the prompt kit")?,
         );
+        let context = loaded.model.config().max_position_embeddings;
+        for (key, n) in [
+            ("rollout.act_max_new_tokens", cfg.rollout.act_max_new_tokens),
+            (
+                "rollout.rehearse_max_new_tokens",
+                cfg.rollout.rehearse_max_new_tokens,
+            ),
+            ("eval.act_max_new_tokens", cfg.eval.act_max_new_tokens),
+        ] {
+            if n >= context {
+                bail!(
+                    "{key} = {n}: must be below the model's context of {context} tokens (a \
+                     turn needs room for its prompt)"
+                );
+            }
+        }
         let worker = WorkerHandle::spawn(loaded.model, loaded.tokenizer, cfg.engine.clone());
         let store = Arc::new(
             Store::open(dir.join("db"), StoreOptions::default())
@@ -114,7 +232,9 @@ impl Pipeline {
         .await
         .map_err(|e| anyhow!(e))?;
         let mut report = RunReport::load_or_new(dir, preset, &cfg.model.source)?;
-        report.budgets = cfg.budgets();
+        if how.create {
+            report.budgets = cfg.budgets();
+        }
         Ok(Self {
             cfg,
             dir: dir.to_path_buf(),
@@ -123,6 +243,9 @@ impl Pipeline {
             topology,
             report,
             metrics,
+            config_hash,
+            allow_config_change: how.allow_config_change,
+            _lock: lock,
         })
     }
 
@@ -168,11 +291,23 @@ impl Pipeline {
         Ok(SeedPool::new(pool))
     }
 
-    /// Where a checkpoint file of `name` lives.
+    /// Where a checkpoint file of `name` lives: `DIR/checkpoints/NAME.safetensors`.
     pub fn checkpoint_path(&self, name: &str) -> PathBuf {
         self.dir
             .join("checkpoints")
             .join(format!("{name}.safetensors"))
+    }
+
+    /// The file a checkpoint record names, in this run folder: `DIR/checkpoints/` and the
+    /// record's file name. Records hold paths relative to the run folder ([`recorded_path`]), so
+    /// a copied or moved folder and any working directory find their own weights; records
+    /// written before held paths relative to the working directory, which this also reads.
+    pub fn checkpoint_file(&self, checkpoint: &Checkpoint) -> PathBuf {
+        let name = checkpoint.path.file_name().map_or_else(
+            || checkpoint.path.clone().into_os_string(),
+            |n| n.to_owned(),
+        );
+        self.dir.join("checkpoints").join(name)
     }
 
     /// Writes the report (and the training plot) to the run folder.
@@ -221,6 +356,12 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
 /// Seconds since `start`.
 pub fn secs(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
+}
+
+/// The path a checkpoint record stores for the checkpoint file `file`: relative to the run
+/// folder (`checkpoints/NAME.safetensors`).
+pub fn recorded_path(file: &Path) -> PathBuf {
+    Path::new("checkpoints").join(file.file_name().unwrap_or(file.as_os_str()))
 }
 
 /// Runs the whole demo: collect → eval(base) → sft → eval(sft) → train → eval(envace), then

@@ -334,7 +334,7 @@ impl Pipeline {
         let checkpoint = Checkpoint {
             run: run.clone(),
             step: steps,
-            path,
+            path: super::recorded_path(&path),
             metrics: Default::default(),
         };
         let state = RunState {
@@ -342,7 +342,7 @@ impl Pipeline {
             step: steps,
             data_cursor: 0,
             rng_state: Vec::new(),
-            config_hash: String::new(),
+            config_hash: self.config_hash.clone(),
         };
         self.memory()
             .ask("memory", |r| MemoryMsg::CommitStep {

@@ -66,14 +66,28 @@ impl Pipeline {
                     .metrics
                     .get(POLICY_VERSION_KEY)
                     .map_or(state.step, |v| *v as u64);
-                self.load_weights(checkpoint.path.clone(), PolicyVersion(version))
+                if !state.config_hash.is_empty()
+                    && state.config_hash != self.config_hash
+                    && !self.allow_config_change
+                {
+                    bail!(
+                        "run {TRAIN_RUN} in {} was trained with another config (hash {} in its \
+                         run state, {} now) although config.toml matches: pass \
+                         --allow-config-change to go on, or --fresh to start over",
+                        self.dir.display(),
+                        short(&state.config_hash),
+                        short(&self.config_hash)
+                    );
+                }
+                let file = self.checkpoint_file(&checkpoint);
+                self.load_weights(file.clone(), PolicyVersion(version))
                     .await?;
                 eprintln!(
                     "train: resuming run {TRAIN_RUN} after step {} (policy version {version}; \
                      the AdamW moments start afresh)",
                     state.step
                 );
-                last_checkpoint = Some(checkpoint.path);
+                last_checkpoint = Some(file);
                 (state.step, state.data_cursor as usize)
             }
             None => {
@@ -83,6 +97,7 @@ impl Pipeline {
                 (0, 0)
             }
         };
+        self.sweep_checkpoints(last_checkpoint.as_deref());
         if resumed.is_none() {
             self.report.train.steps.clear();
             self.report.train.evals.clear();
@@ -240,13 +255,14 @@ impl Pipeline {
                 run: run.clone(),
                 step: step + 1,
                 data_cursor: cursor as u64,
+                // Rollout seeds derive from (seed, step, task, sample): no RNG state to keep.
                 rng_state: Vec::new(),
-                config_hash: String::new(),
+                config_hash: self.config_hash.clone(),
             };
             let checkpoint = Checkpoint {
                 run: run.clone(),
                 step: step + 1,
-                path: path.clone(),
+                path: super::recorded_path(&path),
                 metrics: [
                     ("reward_mean".to_string(), m.reward_mean),
                     ("loss".to_string(), m.loss),
@@ -350,6 +366,34 @@ impl Pipeline {
         Ok(self.topology.real_env_calls() - before)
     }
 
+    /// Removes what an interrupted save or deletion left in `DIR/checkpoints`: temporary files
+    /// (`*.tmp.safetensors`) and every training checkpoint but `keep` (the one the committed run state
+    /// names). A file that cannot be removed is logged and left.
+    fn sweep_checkpoints(&self, keep: Option<&std::path::Path>) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("checkpoints")) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let stale = name.ends_with(".tmp")
+                || name.contains(".tmp.")
+                || (name.starts_with(&format!("{TRAIN_RUN}-step")) && Some(path.as_path()) != keep);
+            if stale {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "removed a stale checkpoint file")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "stale checkpoint file kept")
+                    }
+                }
+            }
+        }
+    }
+
     /// The last committed checkpoint of the training run, if any.
     ///
     /// # Errors
@@ -372,21 +416,19 @@ impl Pipeline {
         Ok(all.into_iter().max_by_key(|c| c.step))
     }
 
-    /// Writes the shared weights to `path` (atomically: a temporary file, then a rename).
+    /// Writes the shared weights to `path`, durably and atomically
+    /// ([`Model::save_weights`](crate::kernels::Model::save_weights): a fsynced temporary file
+    /// renamed over `path`), so a record committed after this names a complete file.
     ///
     /// # Errors
     /// The file cannot be written.
     pub async fn save_weights(&self, path: PathBuf) -> Result<()> {
-        let tmp = path.with_extension("tmp.safetensors");
-        let t = tmp.clone();
+        let p = path.clone();
         self.topology
             .worker
-            .request(|tx| Job::Save(t, tx))
+            .request(|tx| Job::Save(p, tx))
             .await
-            .map_err(|e| anyhow!("saving weights to {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| anyhow!("renaming {} to {}: {e}", tmp.display(), path.display()))?;
-        Ok(())
+            .map_err(|e| anyhow!("saving weights to {}: {e}", path.display()))
     }
 
     /// Replaces the shared weights with a saved checkpoint and sets the policy version.
@@ -401,6 +443,11 @@ impl Pipeline {
             .await
             .map_err(|e| anyhow!("loading weights from {}: {e}", path.display()))
     }
+}
+
+/// The first 12 hex digits of a config hash, for messages.
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }
 
 impl Pipeline {

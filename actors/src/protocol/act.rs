@@ -335,12 +335,14 @@ fn parse_call(body: &str, index: usize, whitelist: &[&str]) -> Result<ToolCall, 
         // placeholder: the filled one is the call.
         (Some(a), Some(p)) if no_arguments(&a) => Some(p),
         (Some(a), Some(p)) if no_arguments(&p) || a == p => Some(a),
-        (Some(_), Some(_)) => return Err(err(
-            ActErrorCode::InvalidArguments,
-            format!(
+        (Some(_), Some(_)) => {
+            return Err(err(
+                ActErrorCode::InvalidArguments,
+                format!(
                 "call of {name:?} has both \"arguments\" and \"parameters\", with different values"
             ),
-        )),
+            ))
+        }
         (a, p) => a.or(p),
     };
     let arguments = match arguments {

@@ -261,7 +261,7 @@ impl TravelApi {
             .filter_map(|c| c.as_str().and_then(|s| s.chars().next()))
             .filter_map(|c| c.to_digit(10))
             .sum();
-        let factor = if digit_sum % 2 == 0 {
+        let factor = if digit_sum.is_multiple_of(2) {
             factor * 2.0
         } else {
             factor
