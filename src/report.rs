@@ -308,6 +308,12 @@ pub struct StepMetrics {
     pub informative_rows_rehearse: u64,
     /// Dynamic-sampling rounds the step took (1 without redraws).
     pub draw_rounds: u64,
+    /// Rollouts whose episode failed (an actor failed past its retries). Each is stored with its
+    /// reason but without rows: its tokens are lost, it trains nothing and takes no part in a
+    /// baseline (advantages are over rows).
+    pub failed_trajectories: u64,
+    /// Why they failed: the reason's first line → how many.
+    pub failures: BTreeMap<String, u64>,
 }
 
 /// Evaluation of one model variant on one split.
@@ -807,6 +813,12 @@ impl TrainReport {
         let groups: u64 = self.steps.iter().map(|s| s.groups).sum();
         let zero: u64 = self.steps.iter().map(|s| s.zero_variance_groups).sum();
         let trained: Vec<&StepMetrics> = self.steps.iter().filter(|s| !s.skipped).collect();
+        let failed: u64 = self.steps.iter().map(|s| s.failed_trajectories).sum();
+        let failed = if failed == 0 {
+            String::new()
+        } else {
+            format!(" {failed} rollouts failed and lost their rows (see failures per step).")
+        };
         let min_grad = trained
             .iter()
             .map(|s| s.grad_norm)
@@ -817,7 +829,8 @@ impl TrainReport {
         format!(
             "Training: {n} steps, {} updated the weights and {skipped} were skipped (no group \
              with a reward spread); {zero} of {groups} groups had zero variance; smallest grad \
-             norm of an update {}; reward act {} -> {}, rehearse {} -> {} (first -> last step).",
+             norm of an update {}; reward act {} -> {}, rehearse {} -> {} (first -> last \
+             step).{failed}",
             n - skipped,
             if trained.is_empty() {
                 "-".to_string()
@@ -1106,6 +1119,36 @@ mod tests {
         assert!(table.contains("+100.0 [+100.0, +100.0] *"), "{table}");
         let order = |k: &str| table.find(k).expect(k);
         assert!(order("sft - base") < order("envace - sft"));
+    }
+
+    #[test]
+    fn the_training_summary_counts_failed_rollouts_and_the_report_keeps_their_reasons() {
+        let train = TrainReport {
+            steps: vec![
+            StepMetrics {
+                step: 0,
+                ..Default::default()
+            },
+            StepMetrics {
+                step: 1,
+                failed_trajectories: 3,
+                failures: [("episode failed: acting worker crashed".to_string(), 3)]
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            },
+            ],
+            ..Default::default()
+        };
+        let text = train.summary();
+        assert!(text.contains("3 rollouts failed and lost their rows"), "{text}");
+        assert!(!TrainReport::default().summary().contains("failed"));
+        let json = serde_json::to_value(&train).unwrap();
+        assert_eq!(
+            json["steps"][1]["failures"]["episode failed: acting worker crashed"],
+            3
+        );
+        assert_eq!(json["steps"][0]["failed_trajectories"], 0);
     }
 
     #[test]

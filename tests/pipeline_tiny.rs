@@ -491,6 +491,27 @@ fn demo_tiny_writes_the_report_and_plot() {
         "{}",
         report["variants"]["envace"]
     );
+
+    // The demo again on that folder: the stages already done are not run again.
+    let again = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(["demo", "--out"])
+        .arg(&copy.0)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run envace demo");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    for stage in ["collect", "eval base", "sft", "eval sft"] {
+        assert!(
+            stderr.contains(&format!("demo: {stage} is already done")),
+            "{stage}: {stderr}"
+        );
+    }
+    // The envace evaluation above covered 1 task, not the config's 2: it runs again.
+    assert!(
+        !stderr.contains("demo: eval envace is already done"),
+        "{stderr}"
+    );
 }
 
 #[test]

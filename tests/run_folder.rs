@@ -179,3 +179,30 @@ fn budgets_are_validated_after_scaling() {
     assert!(!zero.status.success());
     assert!(stderr(&zero).contains("0 tasks"), "{}", stderr(&zero));
 }
+
+#[test]
+fn a_database_with_fewer_steps_than_the_report_is_not_trained_on() {
+    let dir = TempDir::new("lost");
+    let demo = envace(&["demo", "--preset", "tiny"], &dir.0);
+    assert!(demo.status.success(), "{}", stderr(&demo));
+    // The database loses its records (here: replaced by a new one with only the seeds).
+    std::fs::remove_dir_all(dir.0.join("db")).unwrap();
+    let collect = envace(&["collect"], &dir.0);
+    assert!(collect.status.success(), "{}", stderr(&collect));
+    let report = std::fs::read(dir.0.join("report.json")).unwrap();
+    let train = envace(&["train"], &dir.0);
+    assert!(
+        !train.status.success(),
+        "trained on a database that lost its steps"
+    );
+    let e = stderr(&train);
+    assert!(
+        e.contains("report.json has 2 training step(s) but the database only 0"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(dir.0.join("report.json")).unwrap(),
+        report,
+        "nothing changed"
+    );
+}

@@ -1,7 +1,7 @@
 //! `envace inspect` and `envace export`: read-only views of a storage database (runs, record
-//! counts, one trajectory as a conversation; JSON lines for other tools). They open it with
-//! `Store::open_existing` (see [`OPENING`] for what that does and does not write) and never stop
-//! at damage: every unreadable record or part of a tree is a warning on stderr.
+//! counts, one trajectory as a conversation; JSON lines for other tools). They open a private
+//! copy of it with `Store::open_existing` (see [`OPENING`]) and never stop at damage: every
+//! unreadable record or part of a tree is a warning on stderr.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -17,13 +17,14 @@ use envace::storage::{
 use serde::Serialize;
 
 /// How `inspect` and `export` open the database, for their `--help`.
-const OPENING: &str = "The database must not be open in another process: a running trainer \
-holds sled's exclusive lock, and the command then fails with a `locked` error (stop the trainer \
-first). sled has no read-only mode. The command refuses, before sled touches it, a directory \
-that is not a sound envace database (no or damaged `conf` or `db`, a damaged blob file that \
-sled's recovery would read), so it never re-creates or truncates one; opening a sound database \
-still runs sled's recovery, which may rewrite sled's own files (a `snap.*` snapshot, the unused \
-tail of the last log segment) but never a record.";
+const OPENING: &str = "The command never lets sled open the database itself: sled has no \
+read-only mode, and its recovery rewrites the log it opens (it zeroes whatever follows a damaged \
+entry). It checks the directory reading only, refusing one that is not a sound envace database \
+(no or damaged `conf` or `db`, a damaged blob file that sled's recovery would read), then copies \
+it under the system temp dir and opens the copy, and says so on stderr, with a warning when \
+recovery discarded part of the copy's log (the records written there are then missing from the \
+view). The database must not be open in another process: a running trainer holds sled's \
+exclusive lock, and the command then fails with a `locked` error (stop the trainer first).";
 
 #[derive(Debug, Args)]
 #[command(after_help = OPENING)]
@@ -98,14 +99,29 @@ enum ExportFormat {
     Jsonl,
 }
 
+/// Opens a private copy of `db` ([`Store::open_existing`]) and says so on stderr, with what
+/// sled's recovery discarded of the copy's log, if anything.
 fn open(db: &Path) -> Result<Store> {
-    Ok(Store::open_existing(db, StoreOptions::default())?)
+    let store = Store::open_existing(db, StoreOptions::default())?;
+    eprintln!(
+        "reading a private copy of {} (sled's recovery rewrites what it opens; the database \
+         itself is not changed)",
+        db.display()
+    );
+    if let Some(d) = store.discarded() {
+        eprintln!(
+            "warning: the database is damaged: sled's recovery discarded {} bytes of its log \
+             from byte {} on; records written there are missing below",
+            d.bytes, d.first_offset
+        );
+    }
+    Ok(store)
 }
 
 pub fn inspect(args: InspectArgs) -> Result<()> {
     let store = open(&args.db).context("envace inspect")?;
     let text = match args.what {
-        None => summary(&store)?,
+        None => summary(&store, &args.db)?,
         Some(InspectWhat::Trajectory { id }) => {
             let key: SampleKey = id.parse()?;
             let trajectory = store.get::<Trajectory>(&key)?.with_context(|| {
@@ -221,13 +237,13 @@ fn walk<R: Record>(
     (R::TREE, n, damaged)
 }
 
-fn summary(store: &Store) -> Result<String> {
+fn summary(store: &Store, db: &Path) -> Result<String> {
     let mut out = String::new();
     let size = store.size_on_disk()?;
     writeln!(
         out,
         "database {} ({}, record schema v{SCHEMA_VERSION})\n",
-        store.path().display(),
+        db.display(),
         bytes(size)
     )?;
     let mut warnings = Warnings::default();

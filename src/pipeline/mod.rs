@@ -37,7 +37,7 @@ use crate::bfcl::judge::RuleChecklistJudge;
 use crate::config::{JudgeKind, RunConfig};
 use crate::kernels::{load, ModelSource};
 use crate::report::{RunReport, StageReport};
-use crate::run_folder::{config_changes, config_hash, RunLock};
+use crate::run_folder::{config_changes, config_hash, write_atomic, RunLock};
 use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
 use crate::storage::{Checkpoint, Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
@@ -170,8 +170,7 @@ impl Pipeline {
                     );
                 }
             }
-            std::fs::write(&config_file, &toml_text)
-                .with_context(|| format!("writing {}", config_file.display()))?;
+            write_atomic(&config_file, toml_text.as_bytes())?;
         }
         let metrics = install_metrics_recorder();
         let device: DeviceChoice = cfg
@@ -365,7 +364,11 @@ pub fn recorded_path(file: &Path) -> PathBuf {
 }
 
 /// Runs the whole demo: collect → eval(base) → sft → eval(sft) → train → eval(envace), then
-/// writes the report and plot and returns the summary table.
+/// writes the report and plot and returns the summary table. On a folder that holds a stopped
+/// run, the stages already done are not run again: collect when its seeds are stored, an
+/// evaluation whose variant the report has on the same tasks (and whose weights did not change
+/// since), the warm-up when its checkpoint is committed; training resumes after its last
+/// committed step.
 ///
 /// # Errors
 /// Any stage's error.
@@ -375,17 +378,62 @@ pub async fn demo(p: &mut Pipeline) -> Result<String> {
         "envace demo: run folder {}\nbudgets: {budgets}",
         p.dir.display()
     );
-    p.collect().await?;
-    p.save_report()?;
-    p.eval(Variant::Base, None).await?;
-    p.save_report()?;
-    p.sft().await?;
-    p.save_report()?;
-    p.eval(Variant::Sft, None).await?;
-    p.save_report()?;
+    let skip = |p: &Pipeline, stage: &str| {
+        eprintln!(
+            "demo: {stage} is already done in {} (report.json): not run again",
+            p.dir.display()
+        );
+    };
+    if p.report.stages.contains_key("collect") && !p.seed_pool().await?.is_empty() {
+        skip(p, "collect");
+    } else {
+        p.collect().await?;
+        p.save_report()?;
+    }
+    if evaluated(p, Variant::Base)? {
+        skip(p, "eval base");
+    } else {
+        p.eval(Variant::Base, None).await?;
+        p.save_report()?;
+    }
+    let sft_done = p.report.stages.contains_key("sft")
+        && match p.last_checkpoint_of(SFT_RUN).await? {
+            Some(c) => p.checkpoint_file(&c).exists(),
+            None => false,
+        };
+    if sft_done {
+        skip(p, "sft");
+        p.load_variant(Variant::Sft).await?;
+    } else {
+        p.sft().await?;
+        p.save_report()?;
+    }
+    if sft_done && evaluated(p, Variant::Sft)? {
+        skip(p, "eval sft");
+    } else {
+        p.eval(Variant::Sft, None).await?;
+        p.save_report()?;
+    }
+    let steps_before = p.report.train.steps.len();
     p.train(None).await?;
     p.save_report()?;
-    p.eval(Variant::Envace, None).await?;
-    p.save_report()?;
+    if p.report.train.steps.len() == steps_before && evaluated(p, Variant::Envace)? {
+        skip(p, "eval envace");
+    } else {
+        p.eval(Variant::Envace, None).await?;
+        p.save_report()?;
+    }
     Ok(p.report.summary_table())
+}
+
+/// True when the report holds an evaluation of `variant` on the tasks the config names now.
+fn evaluated(p: &Pipeline, variant: Variant) -> Result<bool> {
+    let (split, tasks) = p.eval_tasks(None)?;
+    Ok(p.report
+        .stages
+        .contains_key(&format!("eval_{}", variant.name()))
+        && p.report
+            .variants
+            .get(variant.name())
+            .is_some_and(|r| r.tasks == tasks.len() as u64 && r.split == split.name()))
 }

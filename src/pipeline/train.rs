@@ -48,6 +48,28 @@ impl Pipeline {
             .ask("memory", |r| MemoryMsg::RunState(run.clone(), r))
             .await?
             .map_err(|e| anyhow!(e))?;
+        // The report is saved after each step's commit, so it never runs ahead of the
+        // database: if it does, the database lost committed steps (damaged or replaced), and
+        // going on would silently redo them.
+        let committed = resumed.as_ref().map_or(0, |s| s.step);
+        let reported = self
+            .report
+            .train
+            .steps
+            .iter()
+            .map(|s| s.step + 1)
+            .max()
+            .unwrap_or(0);
+        if reported > committed {
+            bail!(
+                "run {TRAIN_RUN} in {}: its report.json has {reported} training step(s) but the \
+                 database only {committed} committed: the database lost records (damaged or \
+                 replaced). Nothing was changed; restore db/ from a copy, inspect it with \
+                 `envace inspect --db {}` (which never modifies it), or start over with --fresh",
+                self.dir.display(),
+                self.dir.join("db").display()
+            );
+        }
         let mut last_checkpoint: Option<PathBuf> = None;
         let (first_step, mut cursor) = match &resumed {
             Some(state) => {
@@ -146,6 +168,18 @@ impl Pipeline {
                         .first()
                         .map_or("", |m| m.content.as_str())
                 );
+            }
+            let mut failures: std::collections::BTreeMap<String, u64> = Default::default();
+            for t in trajectories
+                .iter()
+                .filter(|t| t.termination == Termination::ActorFailed)
+            {
+                let reason = t.messages.first().map_or("unknown", |m| m.content.as_str());
+                let reason = reason.lines().next().unwrap_or_default().to_string();
+                *failures.entry(reason).or_default() += 1;
+            }
+            if !failures.is_empty() {
+                tracing::warn!(step, ?failures, "rollouts failed; their rows are lost");
             }
             let step_tokens: u64 = trajectories
                 .iter()
@@ -249,6 +283,8 @@ impl Pipeline {
                 informative_rows_act: informative_act,
                 informative_rows_rehearse: informative_rehearse,
                 draw_rounds: draw.rounds as u64,
+                failed_trajectories: failures.values().sum(),
+                failures,
             };
             record_step_metrics(&m);
             let state = RunState {

@@ -34,6 +34,17 @@ pub enum Error {
         /// The database directory.
         path: PathBuf,
     },
+    /// A read-only open could not copy the database to work on (see
+    /// [`crate::Store::open_existing`]); nothing was changed there.
+    #[error(
+        "cannot copy database at {path} for a read-only view: {cause}; nothing was changed there"
+    )]
+    Snapshot {
+        /// The database directory.
+        path: PathBuf,
+        /// The I/O error.
+        cause: std::io::Error,
+    },
     /// sled could not open the database.
     #[error("cannot open database at {path}: {cause}")]
     Open {

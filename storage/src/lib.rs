@@ -14,9 +14,11 @@
 //!   and key, a part of a tree sled cannot read is one error naming the keys around it, and
 //!   scans go on past both ([`scan`]).
 //! * Read-only commands use [`Store::open_existing`], which refuses, before sled touches it, a
-//!   directory that is not a sound database. sled has no read-only mode: the database must not be
-//!   open elsewhere (sled's exclusive lock: [`Error::Locked`]), and opening runs sled's recovery,
-//!   which may rewrite sled's own bookkeeping (a `snap.*` file) but no record.
+//!   directory that is not a sound database, then works on a private copy: sled has no
+//!   read-only mode and its recovery rewrites the log it opens (it zeroes what follows a
+//!   damaged entry), so only the copy is ever opened, and what recovery discarded of it is
+//!   reported ([`Store::discarded`]). The database must not be open elsewhere (sled's exclusive
+//!   lock: [`Error::Locked`]).
 //!
 //! ```
 //! use envace_storage::{
@@ -63,4 +65,4 @@ pub use records::{
 };
 pub use scan::{Keys, Scan};
 pub use schema::{Record, TreeName};
-pub use store::{FlushPolicy, Store, StoreOptions, WriteSet};
+pub use store::{Discarded, FlushPolicy, Store, StoreOptions, WriteSet};

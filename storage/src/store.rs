@@ -74,6 +74,22 @@ pub struct Store {
     path: PathBuf,
     options: StoreOptions,
     blobs: Arc<BlobSync>,
+    /// The private copy a read-only open works on ([`Store::open_existing`]); dropped (and
+    /// removed) after the database above with the last handle.
+    snapshot: Option<Arc<Snapshot>>,
+    /// What sled's recovery discarded of the copy's log, if anything.
+    discarded: Option<Discarded>,
+}
+
+/// Log bytes that sled's recovery zeroed when it opened a read-only copy
+/// ([`Store::open_existing`]): data past a damaged or torn log entry, whose records that view
+/// cannot show. The user's files are unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Discarded {
+    /// Offset in `db` of the first zeroed byte, bytes.
+    pub first_offset: u64,
+    /// Bytes that held data in the original `db` and are zero in the recovered copy.
+    pub bytes: u64,
 }
 
 impl Store {
@@ -116,13 +132,17 @@ impl Store {
     /// a sled database: a valid `conf`, a `db` with a valid log segment, a `blobs` folder, intact
     /// blob files where sled's recovery will read, and (once open) every envace tree. So it never
     /// lets sled re-create a damaged directory as an empty database, nor drop writes behind a
-    /// damaged blob file. It cannot make sled read-only: sled's recovery may still rewrite its own
-    /// bookkeeping (see [`Store::open`]). Nothing here writes records.
+    /// damaged blob file. sled has no read-only mode and its recovery rewrites the log it opens,
+    /// so the handle works on a private copy of the directory under the system temp dir
+    /// (removed with the last handle): the user's files are never opened by sled, and writes
+    /// through this handle reach only the copy. What recovery discarded of the copy's log (data
+    /// past a damaged entry) is [`Store::discarded`]; [`Store::path`] is the copy.
     ///
     /// # Errors
     /// [`Error::Missing`] if `path` is not a directory, holds no `db` file, or holds a sled
     /// database without the envace trees; [`Error::Invalid`] if it holds something else than a
-    /// sound sled database; otherwise as [`Store::open`].
+    /// sound sled database; [`Error::Snapshot`] if the copy cannot be made; otherwise as
+    /// [`Store::open`].
     pub fn open_existing(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref();
         let missing = |reason: &str| Error::Missing {
@@ -151,7 +171,40 @@ impl Store {
         };
         refuse_if_locked(path)?;
         disk::check_replayed_blobs(path, segment_size).map_err(invalid)?;
-        Store::start(path.to_path_buf(), options, segment_size, false, true)
+        let snapshot = Snapshot::copy_of(path).map_err(|cause| Error::Snapshot {
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        let mut store = Store::start(snapshot.dir.clone(), options, segment_size, false, true)?;
+        store.discarded = zeroed(&path.join("db"), &snapshot.dir.join("db")).map_err(|cause| {
+            Error::Snapshot {
+                path: path.to_path_buf(),
+                cause,
+            }
+        })?;
+        if let Some(d) = store.discarded {
+            tracing::warn!(
+                path = %path.display(),
+                first_offset = d.first_offset,
+                bytes = d.bytes,
+                "sled's recovery discarded log data of the read-only copy: records written \
+                 there are missing from this view (the database is damaged; its files are \
+                 unchanged)"
+            );
+        }
+        store.snapshot = Some(Arc::new(snapshot));
+        Ok(store)
+    }
+
+    /// What sled's recovery discarded when a read-only open recovered its copy of the log
+    /// (`None`: nothing, or a read-write open).
+    pub fn discarded(&self) -> Option<Discarded> {
+        self.discarded
+    }
+
+    /// True when this handle works on a private copy of the database ([`Store::open_existing`]).
+    pub fn is_snapshot(&self) -> bool {
+        self.snapshot.is_some()
     }
 
     /// Opens sled with `segment_size`, then the trees (when `existing`, only if they are all
@@ -197,6 +250,8 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let store = Store {
             blobs: Arc::new(BlobSync::new(&path)),
+            snapshot: None,
+            discarded: None,
             db,
             trees,
             path,
@@ -501,6 +556,77 @@ pub(crate) fn decode_value<R: Record>(key: &R::Key, bytes: &[u8]) -> Result<R> {
             supported: SCHEMA_VERSION,
         },
     })
+}
+
+/// A private copy of a database directory under the system temp dir, which read-only opens
+/// work on so that sled's recovery never writes the user's files; removed on drop.
+#[derive(Debug)]
+struct Snapshot {
+    dir: PathBuf,
+}
+
+impl Snapshot {
+    /// Copies every file under `source` (`conf`, `db`, `blobs/`, `snap.*`), reading only.
+    fn copy_of(source: &Path) -> std::io::Result<Snapshot> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("envace-snapshot-{}-{n}", std::process::id()));
+        // A leftover of a killed process with the same id; and on error, Drop removes a
+        // partial copy.
+        let _ = std::fs::remove_dir_all(&dir);
+        let snapshot = Snapshot { dir };
+        copy_tree(source, &snapshot.dir)?;
+        Ok(snapshot)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The bytes that held data in `original` and are zero in `recovered` (sled zeroes what its
+/// recovery drops of a log segment), or `None`.
+fn zeroed(original: &Path, recovered: &Path) -> std::io::Result<Option<Discarded>> {
+    let (a, b) = (std::fs::read(original)?, std::fs::read(recovered)?);
+    let mut found: Option<Discarded> = None;
+    for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
+        if x != 0 && y == 0 {
+            found
+                .get_or_insert(Discarded {
+                    first_offset: i as u64,
+                    bytes: 0,
+                })
+                .bytes += 1;
+        }
+    }
+    // A log that recovery cut shorter lost its tail too.
+    let cut = a.get(b.len()..).unwrap_or_default();
+    let lost = cut.iter().filter(|&&x| x != 0).count() as u64;
+    if lost > 0 {
+        found
+            .get_or_insert(Discarded {
+                first_offset: b.len() as u64,
+                bytes: 0,
+            })
+            .bytes += lost;
+    }
+    Ok(found)
 }
 
 /// [`Error::Locked`] if another process holds the database; a failed probe is left to sled.

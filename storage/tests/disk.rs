@@ -32,6 +32,24 @@ fn blob_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Waits until no handle holds sled's lock on the database. Dropping the last `Store` does not
+/// close it at once: sled's background threads hold the database (and finish its last
+/// snapshot) a moment longer, and damaging files meanwhile races with that snapshot.
+fn wait_closed(dir: &Path) {
+    use fs2::FileExt;
+    let db = std::fs::File::open(dir.join("db")).unwrap();
+    let start = std::time::Instant::now();
+    while db.try_lock_exclusive().is_err() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "sled never released {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    FileExt::unlock(&db).unwrap();
+}
+
 /// Overwrites 16 bytes inside a file, as a disk fault would.
 fn damage(file: &Path) {
     let mut bytes = std::fs::read(file).unwrap();
@@ -115,6 +133,7 @@ fn damaged_blob_database(dir: &TempDir) -> Written {
         }
     }
     drop(open(dir));
+    wait_closed(dir.path());
     let blobs = blob_files(dir.path());
     assert!(!blobs.is_empty(), "the big record made no blob file");
     for file in &blobs {
