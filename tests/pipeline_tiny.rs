@@ -212,14 +212,19 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
             .expect("run state");
         assert_eq!(state.step, 2);
         assert_eq!(state.data_cursor, 6, "3 tasks drawn per step");
-        // A skipped step keeps the previous checkpoint file: one file, named by step 1.
-        let files: Vec<_> = std::fs::read_dir(dir.0.join("checkpoints"))
+        // A skipped step keeps the previous checkpoint: the weights of step 1 and the learner
+        // state (AdamW moments, step count) saved with them.
+        let mut files: Vec<_> = std::fs::read_dir(dir.0.join("checkpoints"))
             .expect("checkpoints")
             .map(|e| e.expect("entry").file_name())
             .collect();
+        files.sort();
         assert_eq!(
             files,
-            [std::ffi::OsString::from("envace-step1.safetensors")]
+            [
+                std::ffi::OsString::from("envace-step1.learner.safetensors"),
+                std::ffi::OsString::from("envace-step1.safetensors"),
+            ]
         );
 
         // Stage 4: evaluation in the real environment with the BFCL checker, every metric

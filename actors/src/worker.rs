@@ -62,6 +62,12 @@ pub enum Job {
     Save(PathBuf, oneshot::Sender<JobResult<()>>),
     /// Replace all weights from a safetensors file written by `Save`, and set the version.
     Load(PathBuf, PolicyVersion, oneshot::Sender<JobResult<()>>),
+    /// Write the learner's state besides the weights (AdamW moments, f32 masters, step
+    /// counts) to a safetensors file, durably ([`Learner::save_state`]).
+    SaveLearner(PathBuf, oneshot::Sender<JobResult<()>>),
+    /// Restore a state written by `SaveLearner` into the configured learner, after the weights
+    /// were loaded ([`Learner::load_state`]).
+    LoadLearner(PathBuf, oneshot::Sender<JobResult<()>>),
     /// The generation engine's cumulative counters (prefill tokens computed and reused,
     /// decode tokens, prefix-cache hits); answered at once, even while generating.
     EngineStats(oneshot::Sender<JobResult<EngineStats>>),
@@ -284,6 +290,12 @@ fn serve(
             }
             Job::Save(path, reply) => {
                 let _ = reply.send(model.save_weights(&path).map_err(|e| e.to_string()));
+            }
+            Job::SaveLearner(path, reply) => {
+                let _ = reply.send(with_learner(&mut learner, |l| l.save_state(&path)));
+            }
+            Job::LoadLearner(path, reply) => {
+                let _ = reply.send(with_learner(&mut learner, |l| l.load_state(&path)));
             }
             Job::Load(path, v, reply) => {
                 // Even a failed load may have replaced some parameters: drop KV of the old ones.

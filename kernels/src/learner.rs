@@ -315,6 +315,51 @@ impl<'m> Learner<'m> {
         self.optimizer.weights_replaced()
     }
 
+    /// Writes what an exact resume needs besides the weights to a safetensors file at `path`,
+    /// durably and atomically ([`crate::model::write_atomically`]): the optimizer's state
+    /// ([`Optimizer::state`]: AdamW moments, f32 masters, its step count) and the learner's
+    /// step count (`learner.steps`, `[1]` i64, for the learning-rate schedule). The frozen KL
+    /// reference is not part of it.
+    ///
+    /// # Errors
+    /// [`Error::Torch`] / [`Error::Io`] when the file cannot be written.
+    pub fn save_state(&self, path: &std::path::Path) -> Result<()> {
+        let mut tensors = self.optimizer.state();
+        tensors.push((
+            "learner.steps".to_string(),
+            Tensor::from_slice(&[self.steps as i64]),
+        ));
+        let tensors: Vec<(String, Tensor)> = tensors
+            .into_iter()
+            .map(|(k, t)| t.f_to_device(tch::Device::Cpu).map(|t| (k, t)))
+            .collect::<std::result::Result<_, _>>()?;
+        crate::model::write_atomically(path, |tmp| {
+            Tensor::write_safetensors(&tensors, tmp)?;
+            Ok(())
+        })
+    }
+
+    /// Restores a file written by [`Learner::save_state`] for the same model, after its
+    /// weights were loaded: the next step is the one an uninterrupted run would take.
+    ///
+    /// # Errors
+    /// [`Error::Torch`] when the file cannot be read; [`Error::Checkpoint`] when a tensor is
+    /// missing or has another shape (nothing is changed then).
+    pub fn load_state(&mut self, path: &std::path::Path) -> Result<()> {
+        let state: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(path)?.into_iter().collect();
+        let steps = state
+            .get("learner.steps")
+            .ok_or_else(|| Error::Checkpoint {
+                path: path.to_path_buf(),
+                message: "learner.steps is missing".into(),
+            })?
+            .f_int64_value(&[0])?;
+        self.optimizer.load_state(&state, path)?;
+        self.steps = steps.max(0) as u64;
+        Ok(())
+    }
+
     /// The configuration the learner runs with.
     pub fn config(&self) -> &LearnerConfig {
         &self.config

@@ -301,37 +301,16 @@ impl Model {
     }
 
     /// Writes every parameter to a safetensors file at `path` (names as in the VarStore),
-    /// durably and atomically: to `NAME.tmp.EXT` first, fsynced, renamed over `path`, then the
-    /// folder fsynced. When this returns `Ok` the file is complete on disk; a crash at any point
-    /// leaves `path` as it was (the old file or none) and at most a stale temporary file.
+    /// durably and atomically ([`write_atomically`]).
     ///
     /// # Errors
     /// [`Error::Torch`] when the tensors cannot be written; [`Error::Io`] when the folder
     /// cannot be created, or the fsyncs or the rename fail.
     pub fn save_weights(&self, path: &std::path::Path) -> Result<()> {
-        let io = |path: &std::path::Path| {
-            let path = path.to_path_buf();
-            move |source| Error::Io { path, source }
-        };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => std::path::PathBuf::from("."),
-        };
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        // `.tmp` goes before the extension: libtorch picks the file format by it.
-        let tmp = match path.extension() {
-            Some(ext) => path.with_extension(format!("tmp.{}", ext.to_string_lossy())),
-            None => path.with_extension("tmp"),
-        };
-        self.vs.save(&tmp)?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))?;
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(&dir))?;
-        Ok(())
+        write_atomically(path, |tmp| {
+            self.vs.save(tmp)?;
+            Ok(())
+        })
     }
 
     /// Replaces every parameter, in place, with the tensors of a file written by
@@ -607,4 +586,40 @@ impl Model {
         };
         self.layer_output(layer, x, &attn)
     }
+}
+
+/// Writes a file durably and atomically: `write` fills `NAME.tmp.EXT` beside `path` (the
+/// extension kept last: libtorch picks a format by it), which is then fsynced, renamed over
+/// `path`, and the folder fsynced. When this returns `Ok` the file is complete on disk; a crash
+/// at any point leaves `path` as it was (the old file or none) and at most the temporary file.
+///
+/// # Errors
+/// `write`'s error; [`Error::Io`] when the folder cannot be created, or an fsync or the rename
+/// fails.
+pub fn write_atomically(
+    path: &std::path::Path,
+    write: impl FnOnce(&std::path::Path) -> Result<()>,
+) -> Result<()> {
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let tmp = match path.extension() {
+        Some(ext) => path.with_extension(format!("tmp.{}", ext.to_string_lossy())),
+        None => path.with_extension("tmp"),
+    };
+    write(&tmp)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    std::fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&dir))?;
+    Ok(())
 }

@@ -1,20 +1,24 @@
-//! The learner's optimizer: AdamW on the model's own variables when they are f32, or AdamW on
-//! f32 master copies when the model computes in bf16 / f16 (mixed precision).
+//! The learner's optimizer: AdamW over every trained variable, on f32 master copies when the
+//! model computes in bf16 / f16 (mixed precision), on the f32 variables themselves otherwise.
 //!
 //! Why master weights: SmolLM2 trains at lr 1e-6 (DESIGN.md §2). A bf16 weight has an 8-bit
 //! mantissa, so an update smaller than about 2⁻⁸ of the weight rounds away: most of an RL step
 //! would be lost. The master copy (and the moments) stay f32; after each step the master is
 //! rounded into the low-precision weights that generation and the forward pass use.
 //!
-//! The master update is the decoupled AdamW of Loshchilov & Hutter as PyTorch implements it
-//! (`torch.optim.AdamW`, also what `tch::nn::AdamW` wraps): `p ← p·(1 − lr·wd)`, then the
-//! bias-corrected Adam step. Memory: three f32 tensors per parameter (master, m, v), about
-//! 1.6 GB for SmolLM2-135M, next to the 270 MB of bf16 weights.
+//! The update is the decoupled AdamW of Loshchilov & Hutter as PyTorch implements it
+//! (`torch.optim.AdamW`, also what `tch::nn::AdamW` wraps; the tests check it against the
+//! latter): `p ← p·(1 − lr·wd)`, then the bias-corrected Adam step. It is our own so that its
+//! whole state can be saved and restored for an exact resume ([`Optimizer::state`]). Memory:
+//! two f32 moments per parameter, plus the f32 master of a low-precision one: about 1.6 GB for
+//! SmolLM2-135M in bf16 next to its 270 MB of weights.
 
-use tch::nn::{self, OptimizerConfig};
+use std::collections::HashMap;
+use std::path::Path;
+
 use tch::{Kind, Tensor};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Model;
 
 /// AdamW hyper-parameters (the learner's `lr`, `betas`, `eps`, `weight_decay`).
@@ -26,42 +30,63 @@ pub(crate) struct AdamWConfig {
     pub weight_decay: f64,
 }
 
-/// One trained parameter with its f32 master copy and moments.
+/// One trained parameter with its f32 master and moments.
 #[derive(Debug)]
 struct MasterParam {
-    /// The model's variable (low precision); its `.grad` is what backward filled.
+    /// The VarStore name (it keys the saved state).
+    name: String,
+    /// The model's variable; its `.grad` is what backward filled.
     param: Tensor,
-    /// `[param shape]` f32.
+    /// `[param shape]` f32: a copy of a low-precision variable, or the f32 variable itself
+    /// (shared storage).
     master: Tensor,
+    /// Whether `master` is a separate copy (the variable is bf16 / f16).
+    separate: bool,
     /// First moment, `[param shape]` f32.
     m: Tensor,
     /// Second moment, `[param shape]` f32.
     v: Tensor,
 }
 
-/// AdamW over f32 master weights of a low-precision model.
+/// AdamW over the trained variables of one model.
 #[derive(Debug)]
-pub struct MasterAdamW {
+pub struct Optimizer {
     params: Vec<MasterParam>,
     config: AdamWConfig,
     /// Steps taken (for the bias correction).
-    t: i32,
+    t: i64,
 }
 
-impl MasterAdamW {
-    fn new(model: &Model, config: AdamWConfig) -> Result<Self> {
+impl Optimizer {
+    /// AdamW for `model`'s trainable variables, in name order: in place on f32 variables, over
+    /// f32 master copies of bf16 / f16 ones.
+    ///
+    /// # Errors
+    /// [`crate::Error::Torch`] when libtorch cannot allocate the moments or the master copies.
+    pub(crate) fn adamw(model: &Model, config: AdamWConfig) -> Result<Self> {
+        let mut vars: Vec<(String, Tensor)> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
         let params = tch::no_grad(|| -> Result<Vec<MasterParam>> {
-            model
-                .var_store()
-                .trainable_variables()
-                .into_iter()
-                .map(|param| {
-                    let master = param.f_to_kind(Kind::Float)?.f_detach_copy()?;
+            vars.into_iter()
+                .map(|(name, param)| {
+                    let separate = param.kind() != Kind::Float;
+                    let master = if separate {
+                        param.f_to_kind(Kind::Float)?.f_detach_copy()?
+                    } else {
+                        param.shallow_clone()
+                    };
                     Ok(MasterParam {
                         m: master.f_zeros_like()?,
                         v: master.f_zeros_like()?,
-                        master,
+                        name,
                         param,
+                        master,
+                        separate,
                     })
                 })
                 .collect()
@@ -73,12 +98,27 @@ impl MasterAdamW {
         })
     }
 
-    fn step(&mut self) -> Result<()> {
+    /// True when the optimizer keeps f32 master copies (a bf16 / f16 model).
+    pub fn has_master_weights(&self) -> bool {
+        self.params.iter().any(|p| p.separate)
+    }
+
+    /// Sets the learning rate of the next steps.
+    pub fn set_lr(&mut self, lr: f64) {
+        self.config.lr = lr;
+    }
+
+    /// One AdamW step from the accumulated gradients; a parameter without a gradient is left
+    /// as it is.
+    ///
+    /// # Errors
+    /// [`crate::Error::Torch`] from the update.
+    pub fn step(&mut self) -> Result<()> {
         self.t += 1;
         let c = self.config;
         let (b1, b2) = c.betas;
-        let bias1 = 1.0 - b1.powi(self.t);
-        let bias2 = 1.0 - b2.powi(self.t);
+        let bias1 = 1.0 - b1.powi(self.t as i32);
+        let bias2 = 1.0 - b2.powi(self.t as i32);
         tch::no_grad(|| -> Result<()> {
             for p in &mut self.params {
                 let grad = p.param.grad();
@@ -92,18 +132,27 @@ impl MasterAdamW {
                 let denom = (&p.v / bias2).f_sqrt()? + c.eps;
                 let update = (&p.m / bias1) / denom * c.lr;
                 let _ = p.master.f_sub_(&update)?;
-                p.param.f_copy_(&p.master)?;
+                if p.separate {
+                    p.param.f_copy_(&p.master)?;
+                }
             }
             Ok(())
         })
     }
 
-    /// Copies the model's current weights into the master copies and zeroes the moments (after
-    /// the weights were replaced, e.g. a checkpoint load).
-    fn resync(&mut self) -> Result<()> {
+    /// Tells the optimizer the model's weights were replaced from outside (a checkpoint load):
+    /// master copies are re-read from the model and the moments restart, so the next step
+    /// neither writes an old master back nor follows moments of other weights. A resume then
+    /// restores the saved state ([`Optimizer::load_state`]).
+    ///
+    /// # Errors
+    /// [`crate::Error::Torch`] from the copy.
+    pub fn weights_replaced(&mut self) -> Result<()> {
         tch::no_grad(|| -> Result<()> {
             for p in &mut self.params {
-                p.master.f_copy_(&p.param.f_to_kind(Kind::Float)?)?;
+                if p.separate {
+                    p.master.f_copy_(&p.param.f_to_kind(Kind::Float)?)?;
+                }
                 let _ = p.m.f_zero_()?;
                 let _ = p.v.f_zero_()?;
             }
@@ -113,7 +162,8 @@ impl MasterAdamW {
         Ok(())
     }
 
-    fn zero_grad(&mut self) {
+    /// Zeroes the model's gradients.
+    pub fn zero_grad(&mut self) {
         for p in &mut self.params {
             let mut g = p.param.grad();
             if g.defined() {
@@ -121,84 +171,76 @@ impl MasterAdamW {
             }
         }
     }
-}
 
-/// The optimizer a [`crate::Learner`] steps.
-#[derive(Debug)]
-pub enum Optimizer {
-    /// libtorch's AdamW on the model's f32 variables.
-    Full(nn::Optimizer),
-    /// AdamW on f32 master copies of a bf16 / f16 model (see the module docs).
-    Master(MasterAdamW),
-}
-
-impl Optimizer {
-    /// AdamW for `model`: in place when the model is f32, else over f32 master weights.
-    ///
-    /// # Errors
-    /// [`crate::Error::Torch`] when libtorch cannot build the optimizer or allocate the master
-    /// copies.
-    pub(crate) fn adamw(model: &Model, config: AdamWConfig) -> Result<Self> {
-        if model.dtype() == Kind::Float {
-            let opt = nn::AdamW::default()
-                .beta1(config.betas.0)
-                .beta2(config.betas.1)
-                .wd(config.weight_decay)
-                .eps(config.eps)
-                .build(model.var_store(), config.lr)?;
-            Ok(Self::Full(opt))
-        } else {
-            Ok(Self::Master(MasterAdamW::new(model, config)?))
-        }
-    }
-
-    /// True when the optimizer keeps f32 master weights.
-    pub fn has_master_weights(&self) -> bool {
-        matches!(self, Self::Master(_))
-    }
-
-    /// Sets the learning rate of the next steps.
-    pub fn set_lr(&mut self, lr: f64) {
-        match self {
-            Self::Full(o) => o.set_lr(lr),
-            Self::Master(o) => o.config.lr = lr,
-        }
-    }
-
-    /// One AdamW step from the accumulated gradients.
-    ///
-    /// # Errors
-    /// [`crate::Error::Torch`] from the master update.
-    pub fn step(&mut self) -> Result<()> {
-        match self {
-            Self::Full(o) => {
-                o.step();
-                Ok(())
+    /// Everything a resume needs, named: `adamw.t` (steps taken, `[1]` i64), and per trained
+    /// parameter NAME `adamw.m/NAME`, `adamw.v/NAME` (`[shape]` f32) and, for a low-precision
+    /// one, `adamw.master/NAME` (`[shape]` f32). The tensors share storage with the optimizer
+    /// (on its device).
+    pub fn state(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![("adamw.t".to_string(), Tensor::from_slice(&[self.t]))];
+        for p in &self.params {
+            out.push((format!("adamw.m/{}", p.name), p.m.shallow_clone()));
+            out.push((format!("adamw.v/{}", p.name), p.v.shallow_clone()));
+            if p.separate {
+                out.push((format!("adamw.master/{}", p.name), p.master.shallow_clone()));
             }
-            Self::Master(o) => o.step(),
         }
+        out
     }
 
-    /// Tells the optimizer the model's weights were replaced from outside (a checkpoint load):
-    /// master weights are re-read from the model and the moments restart, so the next step
-    /// does not write the old master back. A no-op for f32 models (AdamW steps the weights
-    /// themselves; its moments are kept).
+    /// Restores a state written from [`Optimizer::state`] of the same model (read from
+    /// `path`, named in errors). Every tensor is checked before any is copied, so a bad file
+    /// changes nothing.
     ///
     /// # Errors
-    /// [`crate::Error::Torch`] from the copy.
-    pub fn weights_replaced(&mut self) -> Result<()> {
-        match self {
-            Self::Full(_) => Ok(()),
-            Self::Master(o) => o.resync(),
+    /// [`Error::Checkpoint`] when a tensor is missing or has another shape;
+    /// [`Error::Torch`] from the copies.
+    pub fn load_state(&mut self, state: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+        let bad = |message: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            message,
+        };
+        let t = state
+            .get("adamw.t")
+            .ok_or_else(|| bad("optimizer state adamw.t is missing".into()))?
+            .f_int64_value(&[0])?;
+        let mut sources = Vec::with_capacity(self.params.len());
+        for p in &self.params {
+            let get = |what: &str, like: &Tensor| -> Result<Tensor> {
+                let key = format!("adamw.{what}/{}", p.name);
+                let src = state
+                    .get(&key)
+                    .ok_or_else(|| bad(format!("optimizer state {key} is missing")))?;
+                if src.size() != like.size() {
+                    return Err(bad(format!(
+                        "optimizer state {key} has shape {:?}, the parameter {:?}",
+                        src.size(),
+                        like.size()
+                    )));
+                }
+                Ok(src.shallow_clone())
+            };
+            let master = if p.separate {
+                Some(get("master", &p.master)?)
+            } else {
+                None
+            };
+            sources.push((get("m", &p.m)?, get("v", &p.v)?, master));
         }
-    }
-
-    /// Zeroes the model's gradients.
-    pub fn zero_grad(&mut self) {
-        match self {
-            Self::Full(o) => o.zero_grad(),
-            Self::Master(o) => o.zero_grad(),
-        }
+        tch::no_grad(|| -> Result<()> {
+            for (p, (m, v, master)) in self.params.iter_mut().zip(&sources) {
+                let device = p.m.device();
+                p.m.f_copy_(&m.f_to_device(device)?.f_to_kind(Kind::Float)?)?;
+                p.v.f_copy_(&v.f_to_device(device)?.f_to_kind(Kind::Float)?)?;
+                if let Some(master) = master {
+                    p.master
+                        .f_copy_(&master.f_to_device(device)?.f_to_kind(Kind::Float)?)?;
+                }
+            }
+            Ok(())
+        })?;
+        self.t = t;
+        Ok(())
     }
 }
 
@@ -232,20 +274,29 @@ mod tests {
     }
 
     #[test]
-    fn master_adamw_matches_libtorch_adamw_on_f32_weights() {
-        // The same model in f32 through both paths: the master path must reproduce
-        // torch.optim.AdamW (what tch's AdamW runs) step for step.
+    fn adamw_matches_libtorch_adamw_on_f32_and_bf16_weights() {
+        // The same f32 model through libtorch's AdamW (torch.optim.AdamW) and ours, in place
+        // and over a separate f32 master: all three step for step the same.
+        use tch::nn::OptimizerConfig;
         let cfg = ModelConfig::tiny();
         let a = Model::random(&cfg, 3, Device::Cpu, Kind::Float).unwrap();
         let b = a.deep_copy().unwrap();
-        let mut full = Optimizer::adamw(&a, config(1e-3)).unwrap();
-        let mut master = Optimizer::Master(MasterAdamW::new(&b, config(1e-3)).unwrap());
+        let mut torch = tch::nn::AdamW::default()
+            .beta1(0.9)
+            .beta2(0.999)
+            .wd(0.01)
+            .eps(1e-8)
+            .build(a.var_store(), 1e-3)
+            .unwrap();
+        let mut ours = Optimizer::adamw(&b, config(1e-3)).unwrap();
+        assert!(!ours.has_master_weights(), "f32 variables are stepped in place");
         for _ in 0..3 {
-            for (m, o) in [(&a, &mut full), (&b, &mut master)] {
-                o.zero_grad();
-                fill_grads(m);
-                o.step().unwrap();
-            }
+            torch.zero_grad();
+            fill_grads(&a);
+            torch.step();
+            ours.zero_grad();
+            fill_grads(&b);
+            ours.step().unwrap();
         }
         let (va, vb) = (a.var_store().variables(), b.var_store().variables());
         let mut max_diff = 0f64;
@@ -255,7 +306,7 @@ mod tests {
         }
         assert!(
             max_diff < 1e-6,
-            "master AdamW differs from libtorch AdamW by {max_diff}"
+            "our AdamW differs from libtorch AdamW by {max_diff}"
         );
         // And the weights did move.
         let moved = (&va["norm"]
@@ -264,6 +315,59 @@ mod tests {
         .max()
         .double_value(&[]);
         assert!(moved > 1e-3, "norm moved by {moved}");
+    }
+
+    #[test]
+    fn a_restored_state_continues_exactly_like_an_uninterrupted_run() {
+        // Two steps, save the state; a fresh optimizer on a copy of the weights loads it; the
+        // next two steps of both give the same weights and state, bit for bit.
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let cfg = ModelConfig::tiny();
+            let a = Model::random(&cfg, 11, Device::Cpu, kind).unwrap();
+            let mut first = Optimizer::adamw(&a, config(1e-3)).unwrap();
+            for _ in 0..2 {
+                first.zero_grad();
+                fill_grads(&a);
+                first.step().unwrap();
+            }
+            let saved: HashMap<String, Tensor> = first
+                .state()
+                .into_iter()
+                .map(|(k, t)| (k, t.detach_copy()))
+                .collect();
+            let b = a.deep_copy().unwrap();
+            let mut resumed = Optimizer::adamw(&b, config(1e-3)).unwrap();
+            resumed.load_state(&saved, Path::new("state")).unwrap();
+            assert_eq!(resumed.t, 2);
+            for _ in 0..2 {
+                for (m, o) in [(&a, &mut first), (&b, &mut resumed)] {
+                    o.zero_grad();
+                    fill_grads(m);
+                    o.step().unwrap();
+                }
+            }
+            let (va, vb) = (a.var_store().variables(), b.var_store().variables());
+            for (name, x) in &va {
+                assert!(x.equal(&vb[name]), "{kind:?}: {name} differs after the resume");
+            }
+            for ((k, x), (_, y)) in first.state().iter().zip(resumed.state().iter()) {
+                assert!(x.equal(y), "{kind:?}: state {k} differs after the resume");
+            }
+            // A state of another shape is refused, and changes nothing.
+            let mut wrong = saved.clone();
+            let (key, t) = wrong
+                .iter()
+                .find(|(k, _)| k.starts_with("adamw.m/"))
+                .map(|(k, t)| (k.clone(), t.shallow_clone()))
+                .unwrap();
+            wrong.insert(key.clone(), t.reshape([-1]).narrow(0, 0, 1));
+            let before: Vec<Tensor> = resumed.state().iter().map(|(_, t)| t.detach_copy()).collect();
+            let e = resumed.load_state(&wrong, Path::new("state")).unwrap_err();
+            assert!(e.to_string().contains(&key), "{e}");
+            for ((_, now), then) in resumed.state().iter().zip(&before) {
+                assert!(now.equal(then), "a refused state changed the optimizer");
+            }
+        }
     }
 
     #[test]
@@ -306,19 +410,13 @@ mod tests {
         let model = Model::random(&cfg, 5, Device::Cpu, Kind::BFloat16).unwrap();
         let mut opt = Optimizer::adamw(&model, config(1e-3)).unwrap();
         assert!(opt.has_master_weights());
-        let Optimizer::Master(inner) = &mut opt else {
-            unreachable!()
-        };
-        inner.config.lr = 1e-4;
+        opt.config.lr = 1e-4;
         for _ in 0..5 {
             opt.zero_grad();
             fill_grads(&model);
             opt.step().unwrap();
         }
-        let Optimizer::Master(inner) = &opt else {
-            unreachable!()
-        };
-        let norm = inner
+        let norm = opt
             .params
             .iter()
             .find(|p| {

@@ -105,8 +105,7 @@ impl Pipeline {
                 self.load_weights(file.clone(), PolicyVersion(version))
                     .await?;
                 eprintln!(
-                    "train: resuming run {TRAIN_RUN} after step {} (policy version {version}; \
-                     the AdamW moments start afresh)",
+                    "train: resuming run {TRAIN_RUN} after step {} (policy version {version})",
                     state.step
                 );
                 last_checkpoint = Some(file);
@@ -134,6 +133,24 @@ impl Pipeline {
         let learner = self.topology.learner.clone();
         self.configure_learner(self.cfg.train.learner.clone())
             .await?;
+        if let Some(weights) = last_checkpoint.as_ref().filter(|_| resumed.is_some()) {
+            let state = learner_state_path(weights);
+            if state.exists() {
+                let s = state.clone();
+                self.topology
+                    .worker
+                    .request(|tx| Job::LoadLearner(s, tx))
+                    .await
+                    .map_err(|e| anyhow!("restoring the optimizer from {}: {e}", state.display()))?;
+                eprintln!("train: AdamW moments, master weights and step count restored");
+            } else {
+                eprintln!(
+                    "train: no optimizer state beside {} (a run of an older envace): the AdamW \
+                     moments start afresh",
+                    weights.display()
+                );
+            }
+        }
         let calls_before = self.topology.real_env_calls();
         // Real calls of periodic evaluations, which are not training calls.
         let mut eval_calls = 0u64;
@@ -230,6 +247,13 @@ impl Pipeline {
                 _ => {
                     let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
                     self.save_weights(path.clone()).await?;
+                    let state = learner_state_path(&path);
+                    let s = state.clone();
+                    self.topology
+                        .worker
+                        .request(|tx| Job::SaveLearner(s, tx))
+                        .await
+                        .map_err(|e| anyhow!("saving the optimizer to {}: {e}", state.display()))?;
                     path
                 }
             };
@@ -319,8 +343,10 @@ impl Pipeline {
             // The previous step's weights are no longer the committed checkpoint.
             if let Some(old) = last_checkpoint.replace(path.clone()) {
                 if old != path && old.starts_with(self.dir.join("checkpoints")) {
-                    if let Err(e) = std::fs::remove_file(&old) {
-                        tracing::debug!(path = %old.display(), error = %e, "old checkpoint kept");
+                    for file in [learner_state_path(&old), old] {
+                        if let Err(e) = std::fs::remove_file(&file) {
+                            tracing::debug!(path = %file.display(), error = %e, "old checkpoint kept");
+                        }
                     }
                 }
             }
@@ -414,9 +440,10 @@ impl Pipeline {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
+            let kept = keep.is_some_and(|k| path == k || path == learner_state_path(k));
             let stale = name.ends_with(".tmp")
                 || name.contains(".tmp.")
-                || (name.starts_with(&format!("{TRAIN_RUN}-step")) && Some(path.as_path()) != keep);
+                || (name.starts_with(&format!("{TRAIN_RUN}-step")) && !kept);
             if stale {
                 match std::fs::remove_file(&path) {
                     Ok(()) => {
@@ -479,6 +506,12 @@ impl Pipeline {
             .await
             .map_err(|e| anyhow!("loading weights from {}: {e}", path.display()))
     }
+}
+
+/// Where the learner state (AdamW moments, f32 masters, step counts) of the weights file
+/// `weights` lives: `NAME.learner.safetensors` beside `NAME.safetensors`.
+fn learner_state_path(weights: &std::path::Path) -> PathBuf {
+    weights.with_extension("learner.safetensors")
 }
 
 /// The first 12 hex digits of a config hash, for messages.
