@@ -206,3 +206,98 @@ fn a_database_with_fewer_steps_than_the_report_is_not_trained_on() {
         "nothing changed"
     );
 }
+
+/// The tiny preset without periodic evaluation, as a config file beside `dir`.
+fn tiny_config(dir: &Path) -> PathBuf {
+    let text = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(["config", "--preset", "tiny"])
+        .output()
+        .expect("envace config")
+        .stdout;
+    let text = String::from_utf8(text).unwrap().replacen("eval_every = 1\n", "", 1);
+    let path = dir.with_extension("tiny.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The files in `DIR/checkpoints`, sorted.
+fn checkpoint_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("checkpoints"))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn with_crash(args: &[&str], out: &Path, point: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_envace"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env("RUST_LOG", "warn")
+        .env(envace::kernels::fault::CRASH_AT, point)
+        .output()
+        .expect("run envace")
+}
+
+#[test]
+fn a_crash_during_each_checkpoint_write_resumes_with_complete_files() {
+    for point in [
+        "checkpoint-file-written",
+        "train-weights-saved",
+        "train-state-saved",
+        "train-committed",
+    ] {
+        let dir = TempDir::new(point);
+        let config = tiny_config(&dir.0);
+        let config = config.to_str().unwrap();
+        let collect = envace(&["collect", "--config", config], &dir.0);
+        assert!(collect.status.success(), "{}", stderr(&collect));
+        // No warm-up: training starts from the base weights, and its first step updates them
+        // (as in pipeline_tiny), so it saves a checkpoint.
+        let crashed = with_crash(&["train"], &dir.0, point);
+        assert!(!crashed.status.success(), "{point}: the crash point was not reached");
+        assert!(stderr(&crashed).contains("aborting here"), "{point}: {}", stderr(&crashed));
+        let resumed = envace(&["train"], &dir.0);
+        assert!(resumed.status.success(), "{point}: {}", stderr(&resumed));
+        let files = checkpoint_files(&dir.0);
+        assert!(
+            files.iter().all(|f| !f.contains(".tmp")),
+            "{point}: temporary files left: {files:?}"
+        );
+        let weights: Vec<&String> = files
+            .iter()
+            .filter(|f| f.starts_with("envace-step") && !f.ends_with(".learner.safetensors"))
+            .collect();
+        assert_eq!(weights.len(), 1, "{point}: {files:?}");
+        let state = weights[0].replace(".safetensors", ".learner.safetensors");
+        assert!(files.contains(&state), "{point}: no learner state beside {}: {files:?}", weights[0]);
+        let eval = envace(&["eval", "--variant", "envace", "--limit", "1"], &dir.0);
+        assert!(eval.status.success(), "{point}: {}", stderr(&eval));
+        std::fs::remove_file(config).ok();
+    }
+}
+
+#[test]
+fn a_crash_while_the_warm_up_checkpoint_is_saved_keeps_a_loadable_one() {
+    for point in ["checkpoint-file-written", "sft-saved"] {
+        let dir = TempDir::new(&format!("sft-{point}"));
+        let config = tiny_config(&dir.0);
+        let config = config.to_str().unwrap();
+        let collect = envace(&["collect", "--config", config], &dir.0);
+        assert!(collect.status.success(), "{}", stderr(&collect));
+        let crashed = with_crash(&["sft"], &dir.0, point);
+        assert!(!crashed.status.success(), "{point}: the crash point was not reached");
+        let again = envace(&["sft"], &dir.0);
+        assert!(again.status.success(), "{point}: {}", stderr(&again));
+        let files = checkpoint_files(&dir.0);
+        assert_eq!(files, ["sft.safetensors"], "{point}");
+        let eval = envace(&["eval", "--variant", "sft", "--limit", "1"], &dir.0);
+        assert!(eval.status.success(), "{point}: {}", stderr(&eval));
+        std::fs::remove_file(config).ok();
+    }
+}

@@ -13,6 +13,7 @@ pub mod config;
 pub mod dequant;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod gguf;
 pub mod grpo;
 pub mod hf;

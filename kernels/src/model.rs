@@ -614,6 +614,7 @@ pub fn write_atomically(
         None => path.with_extension("tmp"),
     };
     write(&tmp)?;
+    crate::fault::crash_point("checkpoint-file-written");
     std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .map_err(io(&tmp))?;

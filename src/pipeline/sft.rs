@@ -329,6 +329,7 @@ impl Pipeline {
             .request(|tx| crate::actors::worker::Job::Save(p, tx))
             .await
             .map_err(|e| anyhow!("saving the warm-up checkpoint: {e}"))?;
+        crate::kernels::fault::crash_point("sft-saved");
         let run = RunId::from(SFT_RUN);
         let steps = self.report.sft.steps.len() as u64;
         let checkpoint = Checkpoint {

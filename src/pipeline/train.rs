@@ -26,6 +26,7 @@ use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::SeedPool;
 use crate::actors::worker::Job;
 use crate::config::TrainConfig;
+use crate::kernels::fault::crash_point;
 use crate::kernels::GrpoConfig;
 use crate::report::{PeriodicEval, StageReport, StepMetrics};
 use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
@@ -247,6 +248,7 @@ impl Pipeline {
                 _ => {
                     let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
                     self.save_weights(path.clone()).await?;
+                    crash_point("train-weights-saved");
                     let state = learner_state_path(&path);
                     let s = state.clone();
                     self.topology
@@ -254,6 +256,7 @@ impl Pipeline {
                         .request(|tx| Job::SaveLearner(s, tx))
                         .await
                         .map_err(|e| anyhow!("saving the optimizer to {}: {e}", state.display()))?;
+                    crash_point("train-state-saved");
                     path
                 }
             };
@@ -340,6 +343,7 @@ impl Pipeline {
                 })
                 .await?
                 .map_err(|e| anyhow!(e))?;
+            crash_point("train-committed");
             // The previous step's weights are no longer the committed checkpoint.
             if let Some(old) = last_checkpoint.replace(path.clone()) {
                 if old != path && old.starts_with(self.dir.join("checkpoints")) {
