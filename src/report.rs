@@ -1125,23 +1125,26 @@ mod tests {
     fn the_training_summary_counts_failed_rollouts_and_the_report_keeps_their_reasons() {
         let train = TrainReport {
             steps: vec![
-            StepMetrics {
-                step: 0,
-                ..Default::default()
-            },
-            StepMetrics {
-                step: 1,
-                failed_trajectories: 3,
-                failures: [("episode failed: acting worker crashed".to_string(), 3)]
-                    .into_iter()
-                    .collect(),
-                ..Default::default()
-            },
+                StepMetrics {
+                    step: 0,
+                    ..Default::default()
+                },
+                StepMetrics {
+                    step: 1,
+                    failed_trajectories: 3,
+                    failures: [("episode failed: acting worker crashed".to_string(), 3)]
+                        .into_iter()
+                        .collect(),
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         };
         let text = train.summary();
-        assert!(text.contains("3 rollouts failed and lost their rows"), "{text}");
+        assert!(
+            text.contains("3 rollouts failed and lost their rows"),
+            "{text}"
+        );
         assert!(!TrainReport::default().summary().contains("failed"));
         let json = serde_json::to_value(&train).unwrap();
         assert_eq!(

@@ -189,7 +189,13 @@ fn a_database_with_fewer_steps_than_the_report_is_not_trained_on() {
     std::fs::remove_dir_all(dir.0.join("db")).unwrap();
     let collect = envace(&["collect"], &dir.0);
     assert!(collect.status.success(), "{}", stderr(&collect));
-    let report = std::fs::read(dir.0.join("report.json")).unwrap();
+    let steps = |dir: &Path| -> serde_json::Value {
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+        report["train"]["steps"].clone()
+    };
+    let before = steps(&dir.0);
+    assert_eq!(before.as_array().map(Vec::len), Some(2));
     let train = envace(&["train"], &dir.0);
     assert!(
         !train.status.success(),
@@ -200,11 +206,7 @@ fn a_database_with_fewer_steps_than_the_report_is_not_trained_on() {
         e.contains("report.json has 2 training step(s) but the database only 0"),
         "{e}"
     );
-    assert_eq!(
-        std::fs::read(dir.0.join("report.json")).unwrap(),
-        report,
-        "nothing changed"
-    );
+    assert_eq!(steps(&dir.0), before, "the report keeps its training steps");
 }
 
 /// The tiny preset without periodic evaluation, as a config file beside `dir`.
@@ -214,7 +216,9 @@ fn tiny_config(dir: &Path) -> PathBuf {
         .output()
         .expect("envace config")
         .stdout;
-    let text = String::from_utf8(text).unwrap().replacen("eval_every = 1\n", "", 1);
+    let text = String::from_utf8(text)
+        .unwrap()
+        .replacen("eval_every = 1\n", "", 1);
     let path = dir.with_extension("tiny.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -260,8 +264,15 @@ fn a_crash_during_each_checkpoint_write_resumes_with_complete_files() {
         // No warm-up: training starts from the base weights, and its first step updates them
         // (as in pipeline_tiny), so it saves a checkpoint.
         let crashed = with_crash(&["train"], &dir.0, point);
-        assert!(!crashed.status.success(), "{point}: the crash point was not reached");
-        assert!(stderr(&crashed).contains("aborting here"), "{point}: {}", stderr(&crashed));
+        assert!(
+            !crashed.status.success(),
+            "{point}: the crash point was not reached"
+        );
+        assert!(
+            stderr(&crashed).contains("aborting here"),
+            "{point}: {}",
+            stderr(&crashed)
+        );
         let resumed = envace(&["train"], &dir.0);
         assert!(resumed.status.success(), "{point}: {}", stderr(&resumed));
         let files = checkpoint_files(&dir.0);
@@ -275,7 +286,11 @@ fn a_crash_during_each_checkpoint_write_resumes_with_complete_files() {
             .collect();
         assert_eq!(weights.len(), 1, "{point}: {files:?}");
         let state = weights[0].replace(".safetensors", ".learner.safetensors");
-        assert!(files.contains(&state), "{point}: no learner state beside {}: {files:?}", weights[0]);
+        assert!(
+            files.contains(&state),
+            "{point}: no learner state beside {}: {files:?}",
+            weights[0]
+        );
         let eval = envace(&["eval", "--variant", "envace", "--limit", "1"], &dir.0);
         assert!(eval.status.success(), "{point}: {}", stderr(&eval));
         std::fs::remove_file(config).ok();
@@ -291,7 +306,10 @@ fn a_crash_while_the_warm_up_checkpoint_is_saved_keeps_a_loadable_one() {
         let collect = envace(&["collect", "--config", config], &dir.0);
         assert!(collect.status.success(), "{}", stderr(&collect));
         let crashed = with_crash(&["sft"], &dir.0, point);
-        assert!(!crashed.status.success(), "{point}: the crash point was not reached");
+        assert!(
+            !crashed.status.success(),
+            "{point}: the crash point was not reached"
+        );
         let again = envace(&["sft"], &dir.0);
         assert!(again.status.success(), "{point}: {}", stderr(&again));
         let files = checkpoint_files(&dir.0);

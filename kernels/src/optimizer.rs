@@ -289,7 +289,10 @@ mod tests {
             .build(a.var_store(), 1e-3)
             .unwrap();
         let mut ours = Optimizer::adamw(&b, config(1e-3)).unwrap();
-        assert!(!ours.has_master_weights(), "f32 variables are stepped in place");
+        assert!(
+            !ours.has_master_weights(),
+            "f32 variables are stepped in place"
+        );
         for _ in 0..3 {
             torch.zero_grad();
             fill_grads(&a);
@@ -348,20 +351,30 @@ mod tests {
             }
             let (va, vb) = (a.var_store().variables(), b.var_store().variables());
             for (name, x) in &va {
-                assert!(x.equal(&vb[name]), "{kind:?}: {name} differs after the resume");
+                assert!(
+                    x.equal(&vb[name]),
+                    "{kind:?}: {name} differs after the resume"
+                );
             }
             for ((k, x), (_, y)) in first.state().iter().zip(resumed.state().iter()) {
                 assert!(x.equal(y), "{kind:?}: state {k} differs after the resume");
             }
             // A state of another shape is refused, and changes nothing.
-            let mut wrong = saved.clone();
+            let mut wrong: HashMap<String, Tensor> = saved
+                .iter()
+                .map(|(k, t)| (k.clone(), t.shallow_clone()))
+                .collect();
             let (key, t) = wrong
                 .iter()
                 .find(|(k, _)| k.starts_with("adamw.m/"))
                 .map(|(k, t)| (k.clone(), t.shallow_clone()))
                 .unwrap();
             wrong.insert(key.clone(), t.reshape([-1]).narrow(0, 0, 1));
-            let before: Vec<Tensor> = resumed.state().iter().map(|(_, t)| t.detach_copy()).collect();
+            let before: Vec<Tensor> = resumed
+                .state()
+                .iter()
+                .map(|(_, t)| t.detach_copy())
+                .collect();
             let e = resumed.load_state(&wrong, Path::new("state")).unwrap_err();
             assert!(e.to_string().contains(&key), "{e}");
             for ((_, now), then) in resumed.state().iter().zip(&before) {

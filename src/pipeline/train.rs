@@ -142,7 +142,9 @@ impl Pipeline {
                     .worker
                     .request(|tx| Job::LoadLearner(s, tx))
                     .await
-                    .map_err(|e| anyhow!("restoring the optimizer from {}: {e}", state.display()))?;
+                    .map_err(|e| {
+                        anyhow!("restoring the optimizer from {}: {e}", state.display())
+                    })?;
                 eprintln!("train: AdamW moments, master weights and step count restored");
             } else {
                 eprintln!(
