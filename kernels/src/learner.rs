@@ -1164,8 +1164,9 @@ mod tests {
         let whole = learner.accumulate_gradients(&batch, 1 << 20).unwrap();
         let split = learner.accumulate_gradients(&batch, 1).unwrap();
         learner.optimizer.zero_grad();
+        // f32 sums in another order: equal within f32 rounding of the value (~1e-7 relative).
         assert!(
-            (whole.ref_kl - split.ref_kl).abs() < 1e-7,
+            (whole.ref_kl - split.ref_kl).abs() < 1e-6 * (1.0 + whole.ref_kl.abs()),
             "{whole:?} vs {split:?}"
         );
         assert!(
