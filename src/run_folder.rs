@@ -75,23 +75,6 @@ impl RunLock {
     }
 }
 
-/// Writes `bytes` to `path` so that a crash or power loss leaves the old file or the new one,
-/// never a torn one: a temporary file beside it, fsynced, renamed over `path`.
-///
-/// # Errors
-/// The temporary file cannot be written or renamed (it is removed then).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let written = File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
-}
-
 /// Keys a run may change between its processes: the step budget (to extend a run),
 /// evaluation settings, worker counts and engine batching. Every other key changes what the
 /// steps already taken mean (`train.k`, `seed`, a learning rate, the judge, …).

@@ -37,7 +37,7 @@ use crate::bfcl::judge::RuleChecklistJudge;
 use crate::config::{JudgeKind, RunConfig};
 use crate::kernels::{load, ModelSource};
 use crate::report::{RunReport, StageReport};
-use crate::run_folder::{config_changes, config_hash, write_atomic, RunLock};
+use crate::run_folder::{config_changes, config_hash, RunLock};
 use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
 use crate::storage::{Checkpoint, Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
@@ -170,7 +170,14 @@ impl Pipeline {
                     );
                 }
             }
-            write_atomic(&config_file, toml_text.as_bytes())?;
+            // The same durable, atomic replacement as the checkpoints.
+            crate::kernels::model::write_atomically(&config_file, |tmp| {
+                std::fs::write(tmp, &toml_text).map_err(|source| crate::kernels::Error::Io {
+                    path: tmp.to_path_buf(),
+                    source,
+                })
+            })
+            .with_context(|| format!("writing {}", config_file.display()))?;
         }
         let metrics = install_metrics_recorder();
         let device: DeviceChoice = cfg
