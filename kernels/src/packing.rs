@@ -280,8 +280,10 @@ impl PackedRows {
                     start: s.start as i64,
                     len: n,
                     ancestors: Tensor::from_slice(&s.ancestors).to_device(device),
-                    // Query i sees every ancestor and the segment's nodes up to itself.
-                    mask: Tensor::ones([n, p + n], (tch::Kind::Bool, device)).tril(p),
+                    // Query i sees every ancestor and the segment's nodes up to itself. A
+                    // segment without ancestors (another trajectory's root) is plain causal.
+                    mask: (p > 0)
+                        .then(|| Tensor::ones([n, p + n], (tch::Kind::Bool, device)).tril(p)),
                 }
             })
             .collect();
@@ -320,8 +322,9 @@ pub struct SegmentInputs {
     pub len: i64,
     /// `[p]` i64 packed indices of the first node's ancestors.
     pub ancestors: Tensor,
-    /// `[len, p + len]` bool: causal over the segment, after every ancestor.
-    pub mask: Tensor,
+    /// `[len, p + len]` bool: causal over the segment, after every ancestor; `None` when the
+    /// segment has no ancestors (`p = 0`), which then takes the `is_causal` path.
+    pub mask: Option<Tensor>,
 }
 
 /// Packed length, tokens, of `rows` in one trie (rows with an empty prompt or completion count
@@ -410,6 +413,22 @@ impl Model {
                 ));
             }
             for seg in &layout.segments {
+                let Some(mask) = &seg.mask else {
+                    // A root segment (another trajectory in the pack): causal over itself, the
+                    // fast path, instead of an explicit `[n, n]` mask whose attention CPU SDPA
+                    // runs at half the speed and with `n²` scores per head kept for backward.
+                    parts.push(Tensor::scaled_dot_product_attention::<Tensor>(
+                        &q.narrow(2, seg.start, seg.len),
+                        &k.narrow(2, seg.start, seg.len),
+                        &v.narrow(2, seg.start, seg.len),
+                        None,
+                        0.0,
+                        true,
+                        None,
+                        gqa,
+                    ));
+                    continue;
+                };
                 let keys = |kv: &Tensor| {
                     Tensor::cat(
                         &[
@@ -423,7 +442,7 @@ impl Model {
                     &q.narrow(2, seg.start, seg.len),
                     &keys(&k),
                     &keys(&v),
-                    Some(&seg.mask),
+                    Some(mask),
                     0.0,
                     false,
                     None,
@@ -645,10 +664,13 @@ mod tests {
                 ancestors: vec![0, 1]
             }]
         );
-        let seg = &layout.segments[0];
-        assert_eq!(seg.mask.size(), [2, 4]);
-        assert_eq!(seg.mask.kind(), Kind::Bool);
-        assert_eq!(seg.mask.sum(Kind::Int64).int64_value(&[]), 3 + 4);
+        let mask = layout.segments[0]
+            .mask
+            .as_ref()
+            .expect("a segment with ancestors");
+        assert_eq!(mask.size(), [2, 4]);
+        assert_eq!(mask.kind(), Kind::Bool);
+        assert_eq!(mask.sum(Kind::Int64).int64_value(&[]), 3 + 4);
 
         assert!(PackedRows::new(&[row(&[], &[1])]).is_err());
     }
@@ -804,6 +826,29 @@ mod tests {
         let diff = (&split - &full).abs().max().double_value(&[]);
         assert!(diff < 1e-4, "split vs full mask: {diff}");
 
+        // Two trajectories in one pack (the warm-up packs two seeds per step): the second's
+        // longest row is a root segment without ancestors, run causally without a mask, and the
+        // hidden states still equal the full-mask forward's.
+        let mut two = rows.clone();
+        two.extend(trajectory(40));
+        let pack2 = PackedRows::new(&two).unwrap();
+        let (ids2, positions2, layout2) = pack2.inputs(Device::Cpu);
+        let roots: Vec<_> = layout2
+            .segments
+            .iter()
+            .filter(|s| s.mask.is_none())
+            .collect();
+        assert_eq!(
+            roots.len(),
+            1,
+            "one root segment: the other trajectory's trunk"
+        );
+        assert_eq!(roots[0].len as usize, trajectory(40)[2].len());
+        let split = tch::no_grad(|| model.forward_hidden_packed(&ids2, &positions2, &layout2));
+        let full = tch::no_grad(|| forward_full_mask(&model, &pack2));
+        let diff = (&split - &full).abs().max().double_value(&[]);
+        assert!(diff < 1e-4, "two trajectories, split vs full mask: {diff}");
+
         let alone = PackedRows::new(std::slice::from_ref(&longest)).unwrap();
         assert_eq!(alone.trunk_len(), alone.len());
         let (ids, positions, layout) = alone.inputs(Device::Cpu);
@@ -890,6 +935,9 @@ mod tests {
         })
     }
 
+    /// AdamW epsilon of the packed-vs-unpacked step comparisons (see there).
+    const ADAM_EPS: f64 = 1e-4;
+
     fn max_param_diff(a: &Model, b: &Model) -> f64 {
         params(a)
             .iter()
@@ -909,6 +957,7 @@ mod tests {
         for kl in [None, Some(0.05)] {
             let config = |pack: bool| LearnerConfig {
                 lr: 1e-3,
+                eps: ADAM_EPS,
                 micro_batch_tokens: 60,
                 pack_prefixes: pack,
                 grpo: GrpoConfig {
@@ -946,9 +995,11 @@ mod tests {
             let diff = max_param_diff(&plain, &packed);
             assert!(moved > 5e-4, "moved {moved}");
             eprintln!("weights moved {moved:.2e}, packed vs unpacked {diff:.2e}");
-            // AdamW's first update is ±lr wherever |grad| ≫ eps, but elements whose gradient
-            // is near eps pass summation-order rounding through (thread-count dependent):
-            // bound the difference at 10 % of lr; a wrong gradient moves weights by ~lr.
+            // AdamW's first update is lr · g / (|g| + eps): ±lr where |g| ≫ eps, linear in g
+            // below. With the default eps (1e-8) an element whose gradient is near 1e-8 turns
+            // summation-order rounding (thread-count dependent) into a ~lr/2 move, so the
+            // comparison runs with `ADAM_EPS`: rounding then moves a weight by ≪ 1 % of lr,
+            // while a wrong gradient still moves it by ~lr.
             assert!(diff < 1e-4, "packed and unpacked weights differ by {diff}");
         }
 
@@ -956,6 +1007,7 @@ mod tests {
         let (plain, packed) = (base.deep_copy().unwrap(), base.deep_copy().unwrap());
         let config = |pack: bool| LearnerConfig {
             lr: 1e-3,
+            eps: ADAM_EPS,
             micro_batch_tokens: 60,
             pack_prefixes: pack,
             ..LearnerConfig::default()

@@ -327,7 +327,8 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Records a stage's numbers in the report.
+    /// Records a stage's numbers in the report, then returns the stage's freed memory to the
+    /// system ([`crate::runtime::release_free_memory`]).
     pub fn record_stage(&mut self, name: &str, stage: StageReport) {
         tracing::info!(
             stage = name,
@@ -338,6 +339,7 @@ impl Pipeline {
         );
         metrics::gauge!("stage_wall_s", "stage" => name.to_string()).set(stage.wall_s);
         self.report.stages.insert(name.to_string(), stage);
+        crate::runtime::release_free_memory();
     }
 
     /// Stops the actors.
