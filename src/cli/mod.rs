@@ -5,6 +5,7 @@ mod bfcl;
 mod generate;
 mod inspect;
 mod pipeline;
+mod repair;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Write records of a storage database to stdout, one JSON object per line.
     Export(inspect::ExportArgs),
+    /// Rebuild a damaged database from its journal and what sled can still read; prints
+    /// exactly what was lost.
+    Repair(repair::RepairArgs),
     /// The BFCL multi-turn environment: ground-truth replay through the checker, conformance
     /// with the reference traces.
     #[command(subcommand)]
@@ -87,6 +91,7 @@ pub fn run() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Export(args) => inspect::export(args),
+        Command::Repair(args) => repair::repair(args),
         Command::Bfcl(cmd) => bfcl::run(cmd),
         Command::Collect(args) => pipeline::run(pipeline::Stage::Collect, args),
         Command::Sft(args) => pipeline::run(pipeline::Stage::Sft, args),

@@ -50,8 +50,8 @@ pub(crate) fn encode<R: Serialize>(record: &R) -> Result<Vec<u8>, bincode::error
     Ok(out)
 }
 
-/// Decodes a value made by [`encode`]: magic, then version, then checksum, then payload.
-pub(crate) fn decode<R: DeserializeOwned>(bytes: &[u8]) -> Result<R, Failure> {
+/// Checks a value's header and checksum without decoding it (repair copies values as bytes).
+pub(crate) fn check(bytes: &[u8]) -> Result<(), Failure> {
     let Some((header, payload)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(Failure::Damage(Damage::TooShort {
             len: bytes.len(),
@@ -74,6 +74,13 @@ pub(crate) fn decode<R: DeserializeOwned>(bytes: &[u8]) -> Result<R, Failure> {
     if stored != computed {
         return Err(Failure::Damage(Damage::Checksum { stored, computed }));
     }
+    Ok(())
+}
+
+/// Decodes a value made by [`encode`]: magic, then version, then checksum, then payload.
+pub(crate) fn decode<R: DeserializeOwned>(bytes: &[u8]) -> Result<R, Failure> {
+    check(bytes)?;
+    let payload = &bytes[HEADER_LEN..];
     let (record, used) =
         bincode::serde::decode_from_slice(payload, config().with_limit::<DECODE_LIMIT>())
             .map_err(|e| Failure::Damage(Damage::Decode(e)))?;

@@ -106,6 +106,24 @@ pub enum Error {
         /// The I/O error.
         cause: std::io::Error,
     },
+    /// The journal could not be opened, appended to or fsynced; a commit that fails this way
+    /// was not applied.
+    #[error("journal {path}: {cause}")]
+    Journal {
+        /// The journal file.
+        path: PathBuf,
+        /// The I/O error.
+        cause: std::io::Error,
+    },
+    /// `repair` could not finish: the source database is unchanged unless `reason` says
+    /// otherwise.
+    #[error("repair of {path}: {reason}")]
+    Repair {
+        /// The database directory.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
     /// A record could not be encoded (e.g. a non-UTF-8 checkpoint path).
     #[error("cannot encode record for tree `{tree}` at key {key}: {cause}")]
     Encode {

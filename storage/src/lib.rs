@@ -13,6 +13,9 @@
 //! * Damage stays local: a corrupt record or one from a newer schema is an error naming its tree
 //!   and key, a part of a tree sled cannot read is one error naming the keys around it, and
 //!   scans go on past both ([`scan`]).
+//! * Every commit is first appended to a checksummed journal ([`journal`]); [`repair`]
+//!   rebuilds a damaged database from the journal and what sled can still read, and reports
+//!   exactly what was lost (nothing when only one of the two is damaged).
 //! * Read-only commands use [`Store::open_existing`], which refuses, before sled touches it, a
 //!   directory that is not a sound database, then works on a private copy: sled has no
 //!   read-only mode and its recovery rewrites the log it opens (it zeroes what follows a
@@ -48,8 +51,10 @@
 pub mod codec;
 pub mod disk;
 pub mod error;
+pub mod journal;
 pub mod keys;
 pub mod records;
+pub mod repair;
 pub mod scan;
 pub mod schema;
 pub mod store;
@@ -63,6 +68,7 @@ pub use records::{
     Role, Row, RunId, RunState, SeedTrajectory, Task, TaskId, Termination, Timings, ToolExchange,
     Trajectory, TurnVerdict,
 };
+pub use repair::{rebuild, repair_in_place, JournalState, Lost, RepairReport, SledState};
 pub use scan::{Keys, Scan};
 pub use schema::{Record, TreeName};
 pub use store::{Discarded, FlushPolicy, Store, StoreOptions, WriteSet};

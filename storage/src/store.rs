@@ -8,6 +8,7 @@ use sled::transaction::{TransactionError, Transactional};
 use crate::codec::{self, Failure, SCHEMA_VERSION};
 use crate::disk::{self, BlobSync, Survey, SEGMENT_SIZE};
 use crate::error::{Error, Result};
+use crate::journal::{Journal, Op, JOURNAL_FILE};
 use crate::keys::{leading_run, CheckpointKey, Prefix, RecordKey, SampleKey, SeedKey};
 use crate::records::{RunId, TaskId};
 use crate::scan::{key_text, Entries, Keys, Scan};
@@ -40,7 +41,8 @@ pub enum FlushPolicy {
     /// N ms of acknowledged writes are lost. That thread does not fsync blob files: after a
     /// power loss a blob file written since the last [`Store::flush`] may be torn, and sled's
     /// recovery then drops every write logged after it. So under this policy only what a
-    /// [`Store::flush`] has returned for survives power loss. For bulk imports and benchmarks.
+    /// [`Store::flush`] has returned for survives power loss. The journal too is fsynced only
+    /// by [`Store::flush`]. For bulk imports and benchmarks.
     IntervalMs(u64),
 }
 
@@ -79,6 +81,11 @@ pub struct Store {
     snapshot: Option<Arc<Snapshot>>,
     /// What sled's recovery discarded of the copy's log, if anything.
     discarded: Option<Discarded>,
+    /// The journal every commit is appended to first (read-write opens only).
+    journal: Option<Arc<Journal>>,
+    /// Held from a commit's journal append through sled's apply, so that concurrent commits
+    /// reach sled in journal order (a replay then ends in sled's state).
+    commit_order: Arc<std::sync::Mutex<()>>,
 }
 
 /// Log bytes that sled's recovery zeroed when it opened a read-only copy
@@ -105,16 +112,23 @@ impl Store {
     /// [`FlushPolicy::IntervalMs`]: nothing before the last [`Store::flush`]). A blob file the
     /// disk damaged loses acknowledged writes that way; [`Store::open_existing`] refuses it.
     ///
+    /// Every commit is first appended to the database's journal ([`crate::journal`]), from
+    /// which [`crate::repair`] rebuilds a damaged database.
+    ///
     /// # Errors
     /// [`Error::Invalid`] if `path` holds files that are not a sled database (sled would write
-    /// over them); [`Error::Locked`] if another process holds it; [`Error::Open`] if sled cannot
-    /// open or recover it; [`Error::Sync`] / [`Error::Flush`] if making the new database's files
-    /// durable fails.
+    /// over them), or a journal with writes but no sled log (repair it instead);
+    /// [`Error::Locked`] if another process holds it; [`Error::Open`] if sled cannot open or
+    /// recover it; [`Error::Journal`] if the journal cannot be opened; [`Error::Sync`] /
+    /// [`Error::Flush`] if making the new database's files durable fails.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let created = !path.exists();
         let segment_size = match disk::survey(&path) {
-            Ok(Survey::New { segment_size, .. }) => segment_size.unwrap_or(SEGMENT_SIZE),
+            Ok(Survey::New { segment_size, .. }) => {
+                refuse_lost_log(&path)?;
+                segment_size.unwrap_or(SEGMENT_SIZE)
+            }
             Ok(Survey::Database { segment_size }) => {
                 refuse_if_locked(&path)?;
                 if let Err(reason) = disk::check_replayed_blobs(&path, segment_size) {
@@ -248,10 +262,22 @@ impl Store {
                     .map_err(|cause| Error::Sled { tree, cause })
             })
             .collect::<Result<Vec<_>>>()?;
+        let journal = if existing {
+            None
+        } else {
+            let empty = trees.iter().all(sled::Tree::is_empty);
+            let journal = Journal::open(&path, empty).map_err(|cause| Error::Journal {
+                path: path.join(JOURNAL_FILE),
+                cause,
+            })?;
+            Some(Arc::new(journal))
+        };
         let store = Store {
             blobs: Arc::new(BlobSync::new(&path)),
             snapshot: None,
             discarded: None,
+            journal,
+            commit_order: Arc::default(),
             db,
             trees,
             path,
@@ -303,12 +329,55 @@ impl Store {
 
     /// Applies a [`WriteSet`] atomically, across trees if it spans several (e.g. a step's
     /// rollouts together with the run state that points past them), then flushes per the policy.
+    /// The set is appended to the journal (fsynced under [`FlushPolicy::EveryWrite`]) before
+    /// sled applies it; a set sled refuses is recorded there as aborted.
     ///
     /// # Errors
+    /// [`Error::Journal`] if the journal append fails (nothing is applied);
     /// [`Error::Sled`] / [`Error::Commit`] if sled fails (nothing is applied);
     /// [`Error::Flush`] / [`Error::Sync`] if the flush fails.
     pub fn commit(&self, writes: WriteSet) -> Result<()> {
-        let mut batches: Vec<(TreeName, sled::Batch)> = writes.batches.into_iter().collect();
+        if writes.batches.is_empty() {
+            return Ok(());
+        }
+        let sync = self.options.flush == FlushPolicy::EveryWrite;
+        let journal_error = |j: &Journal, cause| Error::Journal {
+            path: j.path().to_path_buf(),
+            cause,
+        };
+        let order = self
+            .commit_order
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = match &self.journal {
+            Some(j) => Some(
+                j.append_commit(&writes.ops, sync)
+                    .map_err(|cause| journal_error(j, cause))?,
+            ),
+            None => None,
+        };
+        if let Err(e) = self.apply(writes.batches.into_iter().collect()) {
+            if let (Some(j), Some(seq)) = (&self.journal, seq) {
+                if let Err(cause) = j.append_abort(seq, sync) {
+                    tracing::warn!(
+                        seq,
+                        error = %cause,
+                        "cannot journal the abort of a commit sled refused; `envace repair` \
+                         would apply it"
+                    );
+                }
+            }
+            return Err(e);
+        }
+        drop(order);
+        if sync {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the batches in sled, atomically across trees.
+    fn apply(&self, mut batches: Vec<(TreeName, sled::Batch)>) -> Result<()> {
         match batches.len() {
             0 => return Ok(()),
             1 => {
@@ -337,9 +406,6 @@ impl Store {
                         },
                     })?;
             }
-        }
-        if self.options.flush == FlushPolicy::EveryWrite {
-            self.flush()?;
         }
         Ok(())
     }
@@ -398,15 +464,8 @@ impl Store {
     /// The first [`Error::Unreadable`] part of the tree; counting the `Ok` items of
     /// [`Store::keys`] counts past damage instead.
     pub fn len(&self, tree: TreeName) -> Result<usize> {
-        let key_text = match tree {
-            TreeName::Tasks => key_text::<TaskId>,
-            TreeName::Seeds => key_text::<SeedKey>,
-            TreeName::Rollouts | TreeName::Memories => key_text::<SampleKey>,
-            TreeName::Runs => key_text::<RunId>,
-            TreeName::Checkpoints => key_text::<CheckpointKey>,
-        };
         let mut n = 0;
-        for item in self.entries(tree, key_text, &[]) {
+        for item in self.raw_entries(tree) {
             item?;
             n += 1;
         }
@@ -441,13 +500,19 @@ impl Store {
         Ok(runs.into_iter().collect())
     }
 
-    /// Makes every write so far durable: fsyncs sled's log, then the blob files sled wrote since
-    /// the last flush and the `blobs/` folder (see [`FlushPolicy`]); returns the bytes sled
-    /// flushed.
+    /// Makes every write so far durable: fsyncs the journal, sled's log, then the blob files
+    /// sled wrote since the last flush and the `blobs/` folder (see [`FlushPolicy`]); returns
+    /// the bytes sled flushed.
     ///
     /// # Errors
-    /// [`Error::Flush`] or [`Error::Sync`].
+    /// [`Error::Journal`], [`Error::Flush`] or [`Error::Sync`].
     pub fn flush(&self) -> Result<usize> {
+        if let Some(j) = &self.journal {
+            j.sync().map_err(|cause| Error::Journal {
+                path: j.path().to_path_buf(),
+                cause,
+            })?;
+        }
         let flushed = self.db.flush().map_err(|cause| Error::Flush {
             path: self.path.clone(),
             cause,
@@ -467,6 +532,12 @@ impl Store {
         })
     }
 
+    /// Every `(key, value)` of `tree` as bytes, going past unreadable parts
+    /// ([`Error::Unreadable`] items).
+    pub(crate) fn raw_entries(&self, tree: TreeName) -> Entries {
+        self.entries(tree, key_text_of(tree), &[])
+    }
+
     fn tree(&self, tree: TreeName) -> &sled::Tree {
         &self.trees[tree.index()]
     }
@@ -480,6 +551,8 @@ impl Store {
 #[derive(Debug, Default)]
 pub struct WriteSet {
     batches: BTreeMap<TreeName, sled::Batch>,
+    /// The same writes in order, for the journal.
+    ops: Vec<Op>,
     len: usize,
 }
 
@@ -500,20 +573,25 @@ impl WriteSet {
             key: key.to_string(),
             cause,
         })?;
-        self.batches
-            .entry(R::TREE)
-            .or_default()
-            .insert(key.to_bytes(), value);
-        self.len += 1;
+        self.put_bytes(R::TREE, key.to_bytes(), value);
         Ok(key)
+    }
+
+    /// Adds encoded `value` under encoded `key` (repair copies records as bytes).
+    pub(crate) fn put_bytes(&mut self, tree: TreeName, key: Vec<u8>, value: Vec<u8>) {
+        self.batches
+            .entry(tree)
+            .or_default()
+            .insert(key.clone(), value.clone());
+        self.ops.push(Op::Put { tree, key, value });
+        self.len += 1;
     }
 
     /// Adds the removal of the record under `key` (a no-op if there is none).
     pub fn remove<R: Record>(&mut self, key: &R::Key) {
-        self.batches
-            .entry(R::TREE)
-            .or_default()
-            .remove(key.to_bytes());
+        let key = key.to_bytes();
+        self.batches.entry(R::TREE).or_default().remove(key.clone());
+        self.ops.push(Op::Remove { tree: R::TREE, key });
         self.len += 1;
     }
 
@@ -566,7 +644,8 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    /// Copies every file under `source` (`conf`, `db`, `blobs/`, `snap.*`), reading only.
+    /// Copies sled's files under `source` (`conf`, `db`, `blobs/`, `snap.*`; not the journal,
+    /// which a read-only view does not use), reading only.
     fn copy_of(source: &Path) -> std::io::Result<Snapshot> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -575,7 +654,7 @@ impl Snapshot {
         // partial copy.
         let _ = std::fs::remove_dir_all(&dir);
         let snapshot = Snapshot { dir };
-        copy_tree(source, &snapshot.dir)?;
+        copy_tree(source, &snapshot.dir, true)?;
         Ok(snapshot)
     }
 }
@@ -586,13 +665,16 @@ impl Drop for Snapshot {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+fn copy_tree(from: &Path, to: &Path, top: bool) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
+        if top && entry.file_name() == JOURNAL_FILE {
+            continue;
+        }
         let target = to.join(entry.file_name());
         if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
+            copy_tree(&entry.path(), &target, false)?;
         } else {
             std::fs::copy(entry.path(), &target)?;
         }
@@ -629,10 +711,39 @@ fn zeroed(original: &Path, recovered: &Path) -> std::io::Result<Option<Discarded
     Ok(found)
 }
 
+/// Text form of a stored key of `tree` (its hex if it does not parse).
+pub(crate) fn key_text_of(tree: TreeName) -> fn(&[u8]) -> String {
+    match tree {
+        TreeName::Tasks => key_text::<TaskId>,
+        TreeName::Seeds => key_text::<SeedKey>,
+        TreeName::Rollouts | TreeName::Memories => key_text::<SampleKey>,
+        TreeName::Runs => key_text::<RunId>,
+        TreeName::Checkpoints => key_text::<CheckpointKey>,
+    }
+}
+
+/// [`Error::Invalid`] when a directory without a sled log holds a journal with writes: the log
+/// was lost, and a new database there would hide the journal's records.
+fn refuse_lost_log(path: &Path) -> Result<()> {
+    let journal = path.join(JOURNAL_FILE);
+    match std::fs::metadata(&journal) {
+        Ok(meta) if meta.len() > crate::journal::FILE_HEADER_LEN => Err(Error::Invalid {
+            path: path.to_path_buf(),
+            reason: format!(
+                "sled's log (`db`) is missing or empty, but the journal holds {} bytes of \
+                 committed writes: `envace repair --db {}` rebuilds the database from it",
+                meta.len(),
+                path.display()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// [`Error::Locked`] if another process holds the database; a failed probe is left to sled.
 /// A handle dropped a moment ago may still hold the lock while sled's background threads let go
 /// of the file, so a held lock is probed again for up to 100 ms.
-fn refuse_if_locked(path: &Path) -> Result<()> {
+pub(crate) fn refuse_if_locked(path: &Path) -> Result<()> {
     for attempt in 0..10 {
         match disk::locked(path) {
             Ok(true) if attempt < 9 => std::thread::sleep(std::time::Duration::from_millis(10)),

@@ -7,20 +7,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{small, trajectory, TempDir};
+use common::{copy_dir, key_of, small, trajectory, wait_closed, TempDir};
 use envace_storage::{Error, Prefix, SampleKey, Store, StoreOptions, Trajectory, TreeName};
 
 fn open(dir: &TempDir) -> Store {
     Store::open(dir.path(), StoreOptions::default()).unwrap()
-}
-
-fn key_of(t: &Trajectory) -> SampleKey {
-    SampleKey {
-        run: t.run.clone(),
-        step: t.step,
-        task: t.task.clone(),
-        sample: t.sample,
-    }
 }
 
 fn blob_files(dir: &Path) -> Vec<PathBuf> {
@@ -30,24 +21,6 @@ fn blob_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-/// Waits until no handle holds sled's lock on the database. Dropping the last `Store` does not
-/// close it at once: sled's background threads hold the database (and finish its last
-/// snapshot) a moment longer, and damaging files meanwhile races with that snapshot.
-fn wait_closed(dir: &Path) {
-    use fs2::FileExt;
-    let db = std::fs::File::open(dir.join("db")).unwrap();
-    let start = std::time::Instant::now();
-    while db.try_lock_exclusive().is_err() {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "sled never released {}",
-            dir.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    FileExt::unlock(&db).unwrap();
 }
 
 /// Overwrites 16 bytes inside a file, as a disk fault would.
@@ -308,7 +281,7 @@ fn directories_that_are_not_databases_are_refused_and_left_alone() {
         (
             "lost-log",
             &|d| {
-                copy_database(good.path(), d);
+                copy_dir(good.path(), d);
                 std::fs::write(d.join("db"), b"").unwrap();
             },
             "`db` is empty but sled snapshot files are there: the log was lost",
@@ -316,7 +289,7 @@ fn directories_that_are_not_databases_are_refused_and_left_alone() {
         (
             "empty-conf",
             &|d| {
-                copy_database(good.path(), d);
+                copy_dir(good.path(), d);
                 std::fs::write(d.join("conf"), b"").unwrap();
             },
             "`conf` is 0 bytes: empty or cut short",
@@ -324,7 +297,7 @@ fn directories_that_are_not_databases_are_refused_and_left_alone() {
         (
             "no-blobs",
             &|d| {
-                copy_database(good.path(), d);
+                copy_dir(good.path(), d);
                 std::fs::remove_dir(d.join("blobs")).unwrap();
             },
             "the `blobs` folder is missing",
@@ -356,19 +329,6 @@ fn directories_that_are_not_databases_are_refused_and_left_alone() {
                 contents(dir.path()) == before,
                 "{name}: the directory changed"
             );
-        }
-    }
-}
-
-fn copy_database(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let target = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_database(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).unwrap();
         }
     }
 }

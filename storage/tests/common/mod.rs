@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use envace_storage::{
-    ExecutionMode, Message, MessageRole, PolicyVersion, Role, Row, RunId, TaskId, Termination,
-    Timings, Trajectory, TurnVerdict,
+    ExecutionMode, Message, MessageRole, PolicyVersion, Role, Row, RunId, SampleKey, TaskId,
+    Termination, Timings, Trajectory, TurnVerdict,
 };
 
 /// A directory under the system temp dir, removed on drop.
@@ -128,4 +128,46 @@ pub fn trajectory(
 /// A small trajectory (2 rows × (8 + 4) tokens).
 pub fn small(run: &str, step: u64, task: &str, sample: u32) -> Trajectory {
     trajectory(run, step, task, sample, 2, 8, 4)
+}
+
+/// The key a trajectory is stored under.
+pub fn key_of(t: &Trajectory) -> SampleKey {
+    SampleKey {
+        run: t.run.clone(),
+        step: t.step,
+        task: t.task.clone(),
+        sample: t.sample,
+    }
+}
+
+/// Waits until no handle holds sled's lock on the database. Dropping the last `Store` does not
+/// close it at once: sled's background threads hold the database (and finish its last
+/// snapshot) a moment longer, and damaging files meanwhile races with that snapshot.
+pub fn wait_closed(dir: &Path) {
+    use fs2::FileExt;
+    let db = std::fs::File::open(dir.join("db")).unwrap();
+    let start = std::time::Instant::now();
+    while db.try_lock_exclusive().is_err() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "sled never released {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    FileExt::unlock(&db).unwrap();
+}
+
+/// Copies the files under `from` into `to` (created if needed).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
 }
