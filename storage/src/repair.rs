@@ -99,10 +99,24 @@ impl RepairReport {
 /// readable sled records; `source` is only read (sled opens a private copy of it).
 ///
 /// # Errors
-/// [`Error::Locked`] if a process holds `source`; [`Error::Repair`] if `target` exists;
+/// [`Error::Missing`] if `source` is not a directory holding a sled log or a journal;
+/// [`Error::Locked`] if a process holds `source`; [`Error::Repair`] if `target` exists or
+/// neither the journal nor sled's files can be read;
 /// errors of [`Store::open`] and [`Store::commit`] writing `target`. Damage in `source` is
 /// reported, not an error.
 pub fn rebuild(source: &Path, target: &Path) -> Result<RepairReport> {
+    // Nothing to rebuild from: refused before anything is written.
+    let has = |name: &str| source.join(name).is_file();
+    if !source.is_dir() || !(has("db") || has(JOURNAL_FILE)) {
+        return Err(Error::Missing {
+            path: source.to_path_buf(),
+            reason: if source.is_dir() {
+                format!("neither sled's log (`db`) nor a `{JOURNAL_FILE}` is there")
+            } else {
+                "no such directory".to_owned()
+            },
+        });
+    }
     refuse_if_locked(source)?;
     if target.exists() {
         return Err(Error::Repair {
@@ -141,6 +155,14 @@ pub fn rebuild(source: &Path, target: &Path) -> Result<RepairReport> {
                 }
             }
         }
+    }
+    if let (Some(e), false) = (&sled.error, matches!(journal, JournalState::Read(_))) {
+        return Err(Error::Repair {
+            path: source.to_path_buf(),
+            reason: format!(
+                "neither a journal nor sled's files can be read ({e}); nothing was changed"
+            ),
+        });
     }
     // An undamaged sled database holds every acknowledged write (the journal can only be one
     // unacknowledged commit ahead), so it is taken as it is. Otherwise the journal's final

@@ -199,3 +199,30 @@ fn repair_in_place_keeps_the_damaged_files_and_a_lost_log_is_refused() {
     let back: Vec<Trajectory> = contents(&dir).into_values().collect();
     assert_eq!(back, records);
 }
+
+#[test]
+fn nothing_to_repair_from_is_refused_and_nothing_is_written() {
+    let root = TempDir::new("repair-nothing");
+    std::fs::create_dir_all(root.path().join("empty")).unwrap();
+    for name in ["missing", "empty"] {
+        let dir = root.path().join(name);
+        let err = repair_in_place(&dir).unwrap_err();
+        assert!(matches!(err, Error::Missing { .. }), "{name}: {err}");
+        let left: Vec<_> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["empty"], "{name}: nothing written beside it");
+    }
+    // A folder with a `db` that is not a sled log, and no journal: refused, left as it is.
+    let dir = root.path().join("empty");
+    std::fs::write(dir.join("db"), b"not a sled log").unwrap();
+    let err = repair_in_place(&dir).unwrap_err();
+    assert!(matches!(err, Error::Repair { .. }), "{err}");
+    assert_eq!(std::fs::read(dir.join("db")).unwrap(), b"not a sled log");
+    assert_eq!(
+        std::fs::read_dir(root.path()).unwrap().count(),
+        1,
+        "nothing written beside it"
+    );
+}
