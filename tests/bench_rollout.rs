@@ -30,7 +30,7 @@ fn bench_rollout_reports_both_protocols_and_their_ratios() {
         "2",
         "--all-turns",
         "--modes",
-        "reference_f32,inline_f32",
+        "reference_f32,inline_f32,inline_f32_ckpt",
         "--json",
         "--out",
         dir.to_str().expect("utf-8 temp dir"),
@@ -89,6 +89,29 @@ fn bench_rollout_reports_both_protocols_and_their_ratios() {
             .as_f64()
             .unwrap_or(1.0);
     assert!((learner - expected).abs() < 1e-9, "{learner} vs {expected}");
+
+    // Activation checkpointing scores the same tokens; its time and memory ratios are reported.
+    let ckpt = &modes["inline_f32_ckpt"];
+    assert_eq!(ckpt["learner"]["tokens"], inline["learner"]["tokens"]);
+    for key in [
+        "checkpoint_learner_time_ratio",
+        "checkpoint_learner_memory_ratio",
+    ] {
+        let v = report[key].as_f64().unwrap_or(-1.0);
+        assert!(v > 0.0, "{key} = {v}");
+    }
+    // Utilisation needs the GEMM peak of the same run and the model's FLOPs per token: the
+    // tiny model's 2 layers of hidden 64, 4 heads of 16, 2 KV heads, ffn 128 (TokenFlops).
+    for (name, m) in [("reference_f32", reference), ("inline_f32", inline)] {
+        let peak = m["gemm_peak_flop_s"].as_f64().unwrap_or(0.0);
+        assert!(peak > 1e8, "{name}: GEMM peak {peak}");
+        // 2 · 2 layers · (64·(64 + 2·32) + 64·64 + 3·64·128) weights.
+        assert_eq!(
+            m["layer_flops_per_token"].as_f64(),
+            Some(147_456.0),
+            "{name}"
+        );
+    }
 }
 
 #[test]

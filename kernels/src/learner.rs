@@ -22,12 +22,13 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
+use crate::checkpoint::LayerTape;
 use crate::error::{Error, Result};
 use crate::grpo::{ppo_loss, GrpoConfig, LossAggregation};
 use crate::model::Model;
 use crate::optimizer::{AdamWConfig, Optimizer};
 use crate::packing::{pack_groups, score_packed_counted};
-use crate::scoring::{micro_batches, score, ScoreRow};
+use crate::scoring::{micro_batches, score_with, ScoreRow};
 
 /// How the learning rate evolves over steps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +66,11 @@ pub struct LearnerConfig {
     /// rows adjacent. Same loss and gradient as unpacked scoring up to float rounding; attention
     /// and its mask grow with the square of the packed length. Off by default.
     pub pack_prefixes: bool,
+    /// Activation checkpointing per decoder layer ([`crate::checkpoint`]): the forward keeps
+    /// only each layer's input and backward recomputes one layer at a time, so a micro-batch's
+    /// activation memory is about one layer's instead of all of them, for one more forward of
+    /// every layer per micro-batch. Same gradients up to float rounding. Off by default.
+    pub checkpoint_activations: bool,
     /// Temperature the learner scores with; must match the one rollouts were sampled at.
     pub temperature: f64,
     /// Loss hyperparameters.
@@ -82,6 +88,7 @@ impl Default for LearnerConfig {
             schedule: LrSchedule::Constant,
             micro_batch_tokens: 4096,
             pack_prefixes: false,
+            checkpoint_activations: false,
             temperature: 1.0,
             grpo: GrpoConfig::default(),
         }
@@ -440,8 +447,13 @@ impl<'m> Learner<'m> {
             let (mut loss_sum, mut forward_tokens) = (0.0, 0);
             let mut row_nll = Vec::with_capacity(rows.len());
             for range in groups(rows, self.config.micro_batch_tokens, pack) {
-                let (batch, forward) =
-                    score_group(self.model, &rows[range], self.config.temperature, pack)?;
+                let (batch, forward, tape) = score_group(
+                    self.model,
+                    &rows[range],
+                    self.config.temperature,
+                    pack,
+                    self.config.checkpoint_activations,
+                )?;
                 forward_tokens += forward;
                 // Padding log-probs are already 0, so the sums are over real tokens only.
                 let per_row = batch.logprobs.f_sum_dim_intlist(1, false, Kind::Double)?;
@@ -452,6 +464,9 @@ impl<'m> Learner<'m> {
                 );
                 let loss = -batch.logprobs.sum(Kind::Float) / total as f64;
                 loss.f_backward()?;
+                if let Some(tape) = tape {
+                    tape.backward()?;
+                }
                 loss_sum += loss.double_value(&[]);
             }
             Ok((loss_sum, forward_tokens, row_nll))
@@ -511,8 +526,13 @@ impl<'m> Learner<'m> {
             for range in groups(&score_rows, max_tokens, pack) {
                 let part = &rows[range.clone()];
                 let scored_rows = &score_rows[range];
-                let (batch, forward) =
-                    score_group(self.model, scored_rows, self.config.temperature, pack)?;
+                let (batch, forward, tape) = score_group(
+                    self.model,
+                    scored_rows,
+                    self.config.temperature,
+                    pack,
+                    self.config.checkpoint_activations,
+                )?;
                 acc.forward_tokens += forward;
                 let width = batch.logprobs.size()[1] as usize;
                 let mut old = vec![0f32; part.len() * width];
@@ -528,8 +548,8 @@ impl<'m> Learner<'m> {
                 // Same rows, so the same `[rows, longest completion]` layout as `batch`.
                 let reference = match &self.reference {
                     Some(r) => {
-                        let (scored, _) = tch::no_grad(|| {
-                            score_group(r, scored_rows, self.config.temperature, pack)
+                        let (scored, _, _) = tch::no_grad(|| {
+                            score_group(r, scored_rows, self.config.temperature, pack, false)
                         })?;
                         Some(scored.logprobs.to_device(device))
                     }
@@ -545,6 +565,9 @@ impl<'m> Learner<'m> {
                 )?;
                 let share = stats.weight(agg) / total_weight;
                 (loss * share).f_backward()?;
+                if let Some(tape) = tape {
+                    tape.backward()?;
+                }
                 let beta = self.config.grpo.kl_coef.unwrap_or(0.0);
                 acc.loss += (stats.pg_loss + beta * stats.kl) * share;
                 acc.ref_kl += stats.kl * share;
@@ -653,18 +676,21 @@ fn groups(rows: &[ScoreRow], max_tokens: usize, packed: bool) -> Vec<std::ops::R
 
 /// Scores one micro-batch, prefix-packed ([`crate::packing::score_packed`]) when `packed`,
 /// padded ([`score`]) otherwise; also returns the tokens run through the forward pass (packed
-/// length, or `rows × longest row`).
-fn score_group(
-    model: &Model,
+/// length, or `rows × longest row`) and, with `checkpoint`, the tape to run after the loss's
+/// backward.
+fn score_group<'m>(
+    model: &'m Model,
     rows: &[ScoreRow],
     temperature: f64,
     packed: bool,
-) -> Result<(crate::scoring::ScoredBatch, usize)> {
+    checkpoint: bool,
+) -> Result<(crate::scoring::ScoredBatch, usize, Option<LayerTape<'m>>)> {
     if packed {
-        score_packed_counted(model, rows, temperature)
+        score_packed_counted(model, rows, temperature, checkpoint)
     } else {
         let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(0);
-        Ok((score(model, rows, temperature)?, rows.len() * longest))
+        let (batch, tape) = score_with(model, rows, temperature, checkpoint)?;
+        Ok((batch, rows.len() * longest, tape))
     }
 }
 
@@ -1182,5 +1208,80 @@ mod tests {
                 completion_ids: r.completion_ids.clone(),
             })
             .collect()
+    }
+
+    /// Rows that share a prompt prefix (one trajectory's Act and Rehearse rows), so a packed
+    /// micro-batch has a trunk and branch segments.
+    fn shared_prefix_rows(model: &Model) -> Vec<TrainRow> {
+        let trunk = ids(12, 0);
+        let mut out = rows(model);
+        for (k, r) in out.iter_mut().enumerate() {
+            let own = std::mem::take(&mut r.prompt_ids);
+            r.prompt_ids = trunk[..4 + 2 * k].iter().chain(&own).copied().collect();
+        }
+        out
+    }
+
+    /// `learner.checkpoint_activations` gives the gradients of the plain backward: GRPO
+    /// (padded and packed micro-batches, several per batch) and the warm-up's SFT step.
+    #[test]
+    fn checkpointed_gradients_equal_plain_ones() {
+        for pack_prefixes in [false, true] {
+            let model = tiny(5);
+            let batch = shared_prefix_rows(&model);
+            let mut grads_of = Vec::new();
+            for checkpoint_activations in [false, true] {
+                let config = LearnerConfig {
+                    pack_prefixes,
+                    checkpoint_activations,
+                    ..LearnerConfig::default()
+                };
+                let mut learner = Learner::new(&model, config).unwrap();
+                learner.optimizer.zero_grad();
+                let stats = learner.accumulate_gradients(&batch, 40).unwrap();
+                grads_of.push((grads(&model), stats));
+                learner.optimizer.zero_grad();
+            }
+            let ((plain, a), (checkpointed, b)) = (&grads_of[0], &grads_of[1]);
+            let scale = plain
+                .iter()
+                .map(|g| g.abs().max().double_value(&[]))
+                .fold(0.0, f64::max);
+            assert!(scale > 1e-4, "gradient too small to compare: {scale}");
+            let diff = max_abs_diff(plain, checkpointed);
+            assert!(
+                diff < 1e-5,
+                "packed {pack_prefixes}: max grad difference {diff} (scale {scale})"
+            );
+            assert!((a.loss - b.loss).abs() < 1e-6, "{a:?} vs {b:?}");
+            assert_eq!(a.forward_tokens, b.forward_tokens);
+            assert!(a.forward_tokens > 40, "several micro-batches: {a:?}");
+        }
+
+        // SFT: the same step from the same weights lands on the same weights. AdamW's first
+        // update is lr·g/(|g| + eps): eps = 1e-4 keeps rounding in g below the bound.
+        let batch = score_rows_of(&shared_prefix_rows(&tiny(5)));
+        let mut after = Vec::new();
+        for checkpoint_activations in [false, true] {
+            let model = tiny(5);
+            let config = LearnerConfig {
+                pack_prefixes: true,
+                checkpoint_activations,
+                lr: 1e-3,
+                eps: 1e-4,
+                micro_batch_tokens: 40,
+                ..LearnerConfig::default()
+            };
+            let mut learner = Learner::new(&model, config).unwrap();
+            let stats = learner.sft_step(&batch).unwrap();
+            after.push((params(&model), stats));
+        }
+        let ((plain, a), (checkpointed, b)) = (&after[0], &after[1]);
+        let moved = max_abs_diff(plain, &params(&tiny(5)));
+        assert!(moved > 5e-4, "the step moved weights by {moved}");
+        let diff = max_abs_diff(plain, checkpointed);
+        assert!(diff < 1e-5, "weights differ by {diff} after one SFT step");
+        assert!((a.stats.loss - b.stats.loss).abs() < 1e-6, "{a:?} vs {b:?}");
+        assert_eq!(a.row_nll.len(), b.row_nll.len());
     }
 }

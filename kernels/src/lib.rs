@@ -5,15 +5,18 @@
 //! * [`model`]: one decoder (Llama, Qwen2, Qwen3) for training and for KV-cached inference;
 //! * [`engine`]: batched generation with sampling; [`scoring`]: log-probs for the learner;
 //! * [`packing`]: the rows of a trajectory scored in one prefix-packed (trie) forward pass;
+//! * [`flops`]: FLOPs per token and the GEMM peak, for utilisation;
 //! * [`grpo`]: role-wise GRPO advantages and the clipped PPO loss;
 //! * [`learner`]: AdamW steps of GRPO or supervised warm-up with gradient accumulation.
 
 pub mod chat;
+mod checkpoint;
 pub mod config;
 pub mod dequant;
 pub mod engine;
 pub mod error;
 pub mod fault;
+pub mod flops;
 pub mod gguf;
 pub mod grpo;
 pub mod hf;

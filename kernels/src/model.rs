@@ -416,9 +416,20 @@ impl Model {
         let (cos, sin) = self.rope.tables(&positions);
         let mut x = Tensor::embedding(&self.embed, input_ids, -1, false, false);
         for layer in &self.layers {
-            x = self.layer_forward(layer, &x, &cos, &sin, Attention::Causal);
+            x = self.causal_layer(layer, &x, &cos, &sin);
         }
         self.final_norm(&x)
+    }
+
+    /// One decoder layer, causal over each row: `x: [b, t, hidden]` → same shape.
+    pub(crate) fn causal_layer(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Tensor {
+        self.layer_forward(layer, x, cos, sin, Attention::Causal)
     }
 
     /// Prefill of fresh sequences into `cache`: `input_ids: [batch, seq]` i64, right-padded, row

@@ -28,8 +28,9 @@ use std::ops::Range;
 
 use tch::{Device, Tensor};
 
+use crate::checkpoint::{LayerTape, Plan};
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::model::{Layer, Model};
 use crate::scoring::{target_logprobs, validate, ScoreRow, ScoredBatch};
 
 /// Parent key of a trie node at depth 0.
@@ -382,81 +383,93 @@ impl Model {
         positions: &Tensor,
         layout: &PackedLayout,
     ) -> Tensor {
-        let c = self.config();
-        let group = (c.num_attention_heads / c.num_key_value_heads) as i64;
-        let gqa = group > 1 && self.device() == Device::Cpu;
-        let l = ids.size().last().copied().unwrap_or(0);
-        let t = (layout.trunk as i64).min(l);
         let (cos, sin) = self.rope.tables(positions);
         let mut x = Tensor::embedding(&self.embed, ids, -1, false, false);
         for layer in &self.layers {
-            let (q, k, v) = self.attention_inputs(layer, &x, &cos, &sin);
-            let (k, v) = if group > 1 && !gqa {
-                (
-                    k.repeat_interleave_self_int(group, 1, None),
-                    v.repeat_interleave_self_int(group, 1, None),
-                )
-            } else {
-                (k, v)
-            };
-            let mut parts = Vec::with_capacity(layout.segments.len() + 1);
-            if t > 0 {
+            x = self.packed_layer(layer, &x, &cos, &sin, layout);
+        }
+        self.final_norm(&x)
+    }
+
+    /// One decoder layer of [`Model::forward_hidden_packed`]: `x: [1, L, hidden]` → same shape.
+    pub(crate) fn packed_layer(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        layout: &PackedLayout,
+    ) -> Tensor {
+        let c = self.config();
+        let group = (c.num_attention_heads / c.num_key_value_heads) as i64;
+        let gqa = group > 1 && self.device() == Device::Cpu;
+        let l = x.size()[1];
+        let t = (layout.trunk as i64).min(l);
+        let (q, k, v) = self.attention_inputs(layer, x, cos, sin);
+        let (k, v) = if group > 1 && !gqa {
+            (
+                k.repeat_interleave_self_int(group, 1, None),
+                v.repeat_interleave_self_int(group, 1, None),
+            )
+        } else {
+            (k, v)
+        };
+        let mut parts = Vec::with_capacity(layout.segments.len() + 1);
+        if t > 0 {
+            parts.push(Tensor::scaled_dot_product_attention::<Tensor>(
+                &q.narrow(2, 0, t),
+                &k.narrow(2, 0, t),
+                &v.narrow(2, 0, t),
+                None,
+                0.0,
+                true,
+                None,
+                gqa,
+            ));
+        }
+        for seg in &layout.segments {
+            let Some(mask) = &seg.mask else {
+                // A root segment (another trajectory in the pack): causal over itself, the
+                // fast path, instead of an explicit `[n, n]` mask whose attention CPU SDPA
+                // runs at half the speed and with `n²` scores per head kept for backward.
                 parts.push(Tensor::scaled_dot_product_attention::<Tensor>(
-                    &q.narrow(2, 0, t),
-                    &k.narrow(2, 0, t),
-                    &v.narrow(2, 0, t),
+                    &q.narrow(2, seg.start, seg.len),
+                    &k.narrow(2, seg.start, seg.len),
+                    &v.narrow(2, seg.start, seg.len),
                     None,
                     0.0,
                     true,
                     None,
                     gqa,
                 ));
-            }
-            for seg in &layout.segments {
-                let Some(mask) = &seg.mask else {
-                    // A root segment (another trajectory in the pack): causal over itself, the
-                    // fast path, instead of an explicit `[n, n]` mask whose attention CPU SDPA
-                    // runs at half the speed and with `n²` scores per head kept for backward.
-                    parts.push(Tensor::scaled_dot_product_attention::<Tensor>(
-                        &q.narrow(2, seg.start, seg.len),
-                        &k.narrow(2, seg.start, seg.len),
-                        &v.narrow(2, seg.start, seg.len),
-                        None,
-                        0.0,
-                        true,
-                        None,
-                        gqa,
-                    ));
-                    continue;
-                };
-                let keys = |kv: &Tensor| {
-                    Tensor::cat(
-                        &[
-                            kv.index_select(2, &seg.ancestors),
-                            kv.narrow(2, seg.start, seg.len),
-                        ],
-                        2,
-                    )
-                };
-                parts.push(Tensor::scaled_dot_product_attention(
-                    &q.narrow(2, seg.start, seg.len),
-                    &keys(&k),
-                    &keys(&v),
-                    Some(mask),
-                    0.0,
-                    false,
-                    None,
-                    gqa,
-                ));
-            }
-            let attn = if parts.len() == 1 {
-                parts.remove(0)
-            } else {
-                Tensor::cat(&parts, 2)
+                continue;
             };
-            x = self.layer_output(layer, &x, &attn);
+            let keys = |kv: &Tensor| {
+                Tensor::cat(
+                    &[
+                        kv.index_select(2, &seg.ancestors),
+                        kv.narrow(2, seg.start, seg.len),
+                    ],
+                    2,
+                )
+            };
+            parts.push(Tensor::scaled_dot_product_attention(
+                &q.narrow(2, seg.start, seg.len),
+                &keys(&k),
+                &keys(&v),
+                Some(mask),
+                0.0,
+                false,
+                None,
+                gqa,
+            ));
         }
-        self.final_norm(&x)
+        let attn = if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Tensor::cat(&parts, 2)
+        };
+        self.layer_output(layer, x, &attn)
     }
 }
 
@@ -472,22 +485,28 @@ impl Model {
 /// completion, an id outside the vocabulary or a non-positive temperature;
 /// [`Error::ContextOverflow`] for a row longer than the context.
 pub fn score_packed(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<ScoredBatch> {
-    score_packed_counted(model, rows, temperature).map(|(batch, _)| batch)
+    score_packed_counted(model, rows, temperature, false).map(|(batch, _, _)| batch)
 }
 
-/// [`score_packed`], also returning the packed length `L` (tokens run through the model).
-pub(crate) fn score_packed_counted(
-    model: &Model,
+/// [`score_packed`], also returning the packed length `L` (tokens run through the model) and,
+/// with `checkpoint`, the tape that completes the backward pass ([`LayerTape::backward`]).
+pub(crate) fn score_packed_counted<'m>(
+    model: &'m Model,
     rows: &[ScoreRow],
     temperature: f64,
-) -> Result<(ScoredBatch, usize)> {
+    checkpoint: bool,
+) -> Result<(ScoredBatch, usize, Option<LayerTape<'m>>)> {
     validate(model, rows, temperature)?;
     let pack = PackedRows::new(rows)?;
     let device = model.device();
     let (ids, positions, layout) = pack.inputs(device);
-    let hidden = model
-        .forward_hidden_packed(&ids, &positions, &layout)
-        .squeeze_dim(0);
+    let (hidden, tape) = if checkpoint {
+        let (hidden, tape) = model.forward_checkpointed(&ids, &positions, Plan::Packed(layout));
+        (hidden, Some(tape))
+    } else {
+        (model.forward_hidden_packed(&ids, &positions, &layout), None)
+    };
+    let hidden = hidden.squeeze_dim(0);
 
     // A completion node is one (predictor, token) pair: rows that share it share its log-prob,
     // so each is projected once.
@@ -527,7 +546,7 @@ pub(crate) fn score_packed_counted(
         .to_device(device);
     let layout = Tensor::from_slice(&layout).to_device(device);
     let logprobs = picked.index_select(0, &layout).view([b, width]) * &mask;
-    Ok((ScoredBatch { logprobs, mask }, pack.len()))
+    Ok((ScoredBatch { logprobs, mask }, pack.len(), tape))
 }
 
 #[cfg(test)]
@@ -687,7 +706,8 @@ mod tests {
         assert_eq!(packed, 57);
         assert!(packed < total, "{packed} vs {total}");
 
-        let (batch, l) = tch::no_grad(|| score_packed_counted(&model, &rows, 0.7)).unwrap();
+        let (batch, l, _) =
+            tch::no_grad(|| score_packed_counted(&model, &rows, 0.7, false)).unwrap();
         assert_eq!(l, packed);
         let width = rows.iter().map(|r| r.completion_ids.len()).max().unwrap();
         assert_eq!(batch.logprobs.size(), [5, width as i64]);

@@ -11,6 +11,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
+use crate::checkpoint::{LayerTape, Plan};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -77,6 +78,17 @@ pub fn micro_batches(rows: &[ScoreRow], max_tokens: usize) -> Vec<Range<usize>> 
 /// [`Error::InvalidRequest`] for an empty prompt or completion, an id outside the vocabulary,
 /// a row longer than the context, or a non-positive temperature.
 pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<ScoredBatch> {
+    score_with(model, rows, temperature, false).map(|(batch, _)| batch)
+}
+
+/// [`score`], with `checkpoint` through a checkpointed forward whose tape completes the
+/// backward pass ([`LayerTape::backward`]).
+pub(crate) fn score_with<'m>(
+    model: &'m Model,
+    rows: &[ScoreRow],
+    temperature: f64,
+    checkpoint: bool,
+) -> Result<(ScoredBatch, Option<LayerTape<'m>>)> {
     validate(model, rows, temperature)?;
     let b = rows.len();
     let longest = rows.iter().map(ScoreRow::len).max().unwrap_or(1);
@@ -106,7 +118,15 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
     let input = Tensor::from_slice(&ids)
         .view([b, longest])
         .to_device(device);
-    let hidden = model.forward_hidden(&input);
+    let (hidden, tape) = if checkpoint {
+        let positions = Tensor::arange(longest, (Kind::Int64, device))
+            .unsqueeze(0)
+            .expand([b, longest], false);
+        let (hidden, tape) = model.forward_checkpointed(&input, &positions, Plan::Causal);
+        (hidden, Some(tape))
+    } else {
+        (model.forward_hidden(&input), None)
+    };
     let h = hidden.size()[2];
     let index = Tensor::from_slice(&gather)
         .view([b, completion, 1])
@@ -119,7 +139,7 @@ pub fn score(model: &Model, rows: &[ScoreRow], temperature: f64) -> Result<Score
         .view([b, completion])
         .to_device(device);
     let logprobs = picked.view([b, completion]) * &mask;
-    Ok(ScoredBatch { logprobs, mask })
+    Ok((ScoredBatch { logprobs, mask }, tape))
 }
 
 /// The checks of [`score`], shared with [`crate::packing::score_packed`] so both reject the same

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use envace::kernels::flops::{gemm_peak, TokenFlops};
 use envace::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
 use envace::kernels::{
     load, score, Engine, EngineConfig, GenerationRequest, Model, ModelSource, SamplingParams,
@@ -120,6 +121,9 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
     ));
     ours.train_tok_s = run_training(model, args.train_batch, args.train_len, args.train_steps)?;
     ours.peak_rss_mb = peak_rss_mb();
+    progress("this machine's GEMM peak in the model's dtype");
+    let peak = gemm_peak(model.config(), device, dtype, 3)?;
+    let util = Utilisation::new(model.config(), peak, &args);
 
     let hf = if args.no_hf {
         None
@@ -148,6 +152,12 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
         "hf_ratio_b8": hf_ratio_b8,
         "train_ratio": train_ratio,
         "hf_ratio": args.batch_sizes.iter().map(|b| (b.to_string(), ratio(&|m| m.decode_tok_s.get(b).copied()))).collect::<BTreeMap<_, _>>(),
+        "gemm_peak_gflop_s": peak / 1e9,
+        "utilisation": {
+            "decode": ours.decode_tok_s.iter().map(|(&b, &r)| (b.to_string(), util.decode(r))).collect::<BTreeMap<_, _>>(),
+            "prefill": util.prefill(ours.prefill_tok_s),
+            "train": util.train(ours.train_tok_s),
+        },
     });
     if args.json {
         println!("{report}");
@@ -164,18 +174,25 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
         args.new_tokens
     );
     println!(
-        "{:<28} {:>12} {:>12} {:>10}",
-        "metric", "envace", "HF/PyTorch", "ratio"
+        "GEMM peak of this machine in {dtype:?}: {:.0} GFLOP/s; util = envace's model FLOP/s as \
+         a share of it",
+        peak / 1e9
     );
+    println!(
+        "{:<28} {:>12} {:>12} {:>10} {:>7}",
+        "metric", "envace", "HF/PyTorch", "ratio", "util"
+    );
+    let pct = |u: Option<f64>| u.map_or("-".to_string(), |u| format!("{:.1}%", 100.0 * u));
     for &b in &args.batch_sizes {
         let o = ours.decode_tok_s.get(&b).copied();
         let h = hf.as_ref().and_then(|m| m.decode_tok_s.get(&b).copied());
         println!(
-            "{:<28} {:>12} {:>12} {:>10}",
+            "{:<28} {:>12} {:>12} {:>10} {:>7}",
             format!("decode tok/s, batch {b}"),
             fmt(o),
             fmt(h),
-            fmt_ratio(o.zip(h).map(|(o, h)| o / h))
+            fmt_ratio(o.zip(h).map(|(o, h)| o / h)),
+            pct(o.map(|r| util.decode(r)))
         );
     }
     let rows = [
@@ -183,6 +200,7 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
             "prefill tok/s, batch 8",
             Some(ours.prefill_tok_s),
             hf.as_ref().map(|m| m.prefill_tok_s),
+            Some(util.prefill(ours.prefill_tok_s)),
         ),
         (
             &*format!(
@@ -191,23 +209,67 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
             ),
             Some(ours.train_tok_s),
             hf.as_ref().map(|m| m.train_tok_s),
+            Some(util.train(ours.train_tok_s)),
         ),
         (
             "peak RSS, MiB",
             Some(ours.peak_rss_mb),
             hf.as_ref().map(|m| m.peak_rss_mb),
+            None,
         ),
     ];
-    for (name, o, h) in rows {
+    for (name, o, h, u) in rows {
         println!(
-            "{:<28} {:>12} {:>12} {:>10}",
+            "{:<28} {:>12} {:>12} {:>10} {:>7}",
             name,
             fmt(o),
             fmt(h),
-            fmt_ratio(o.zip(h).map(|(o, h)| o / h))
+            fmt_ratio(o.zip(h).map(|(o, h)| o / h)),
+            pct(u)
         );
     }
     Ok(())
+}
+
+/// Utilisation of each measured rate: its model FLOP/s ([`TokenFlops`]) over the GEMM peak.
+struct Utilisation {
+    flops: TokenFlops,
+    peak: f64,
+    prompt_len: usize,
+    new_tokens: usize,
+    train_len: usize,
+}
+
+impl Utilisation {
+    fn new(config: &envace::kernels::ModelConfig, peak: f64, args: &GenerateBenchArgs) -> Self {
+        Self {
+            flops: TokenFlops::of(config),
+            peak,
+            prompt_len: args.prompt_len,
+            new_tokens: args.new_tokens,
+            train_len: args.train_len,
+        }
+    }
+
+    /// Decode tokens/s: each token attends to the prompt and half the new tokens on average
+    /// and gets its logits.
+    fn decode(&self, tok_s: f64) -> f64 {
+        let keys = self.prompt_len as f64 + self.new_tokens as f64 / 2.0;
+        tok_s * self.flops.forward(keys, true) / self.peak
+    }
+
+    /// Prompt tokens/s of a prefill: causal over the prompt, logits of the last token only.
+    fn prefill(&self, tok_s: f64) -> f64 {
+        let per_token = self.flops.causal_sequence(self.prompt_len, 1) / self.prompt_len as f64;
+        tok_s * per_token / self.peak
+    }
+
+    /// fwd+bwd tokens/s of `train_len`-token rows, all but the first scored: three forwards.
+    fn train(&self, tok_s: f64) -> f64 {
+        let n = self.train_len.max(1);
+        let per_token = 3.0 * self.flops.causal_sequence(n, n - 1) / n as f64;
+        tok_s * per_token / self.peak
+    }
 }
 
 /// Wall seconds to generate `new_tokens` greedy tokens for `batch` prompts of `prompt_len`.

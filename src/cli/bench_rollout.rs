@@ -21,8 +21,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use envace::actors::protocol::RolloutProtocol;
 use envace::config::{Preset, RunConfig};
+use envace::kernels::flops::{gemm_peak, TokenFlops};
+use envace::kernels::{load, ModelSource};
 use envace::pipeline::{PhaseCost, Pipeline, ReplayBench, RolloutBench};
 use envace::report::RunReport;
+use envace::runtime::resolve;
 use serde::{Deserialize, Serialize};
 
 /// Options of `envace bench rollout`.
@@ -36,7 +39,8 @@ pub struct RolloutBenchArgs {
     tasks: u64,
     /// Modes to run, comma-separated: `reference_f32` (the authors' protocol: a fresh prompt
     /// per call, no KV reuse, rows scored one by one), `reference_f32_cached` (the same with
-    /// prefix KV reuse), `inline_f32`, `inline_bf16`, `reference_bf16`.
+    /// prefix KV reuse), `inline_f32`, `inline_bf16`, `reference_bf16`; the suffix `_ckpt`
+    /// (e.g. `inline_f32_ckpt`) turns on `learner.checkpoint_activations`.
     #[arg(
         long,
         value_delimiter = ',',
@@ -67,11 +71,17 @@ struct Mode {
     protocol: RolloutProtocol,
     bf16: bool,
     prefix_cache: bool,
+    /// `_ckpt` suffix: `learner.checkpoint_activations` on.
+    checkpoint: bool,
 }
 
 impl Mode {
     fn parse(name: &str) -> Result<Self> {
-        let (protocol, bf16, prefix_cache) = match name {
+        let (base, checkpoint) = match name.strip_suffix("_ckpt") {
+            Some(base) => (base, true),
+            None => (name, false),
+        };
+        let (protocol, bf16, prefix_cache) = match base {
             "reference_f32" => (RolloutProtocol::Reference, false, false),
             "reference_f32_cached" => (RolloutProtocol::Reference, false, true),
             "reference_bf16" => (RolloutProtocol::Reference, true, false),
@@ -79,13 +89,14 @@ impl Mode {
             "inline_bf16" => (RolloutProtocol::Inline, true, true),
             other => bail!(
                 "unknown mode {other:?} (reference_f32, reference_f32_cached, reference_bf16, \
-                 inline_f32, inline_bf16)"
+                 inline_f32, inline_bf16, each optionally with the suffix _ckpt)"
             ),
         };
         Ok(Self {
             protocol,
             bf16,
             prefix_cache,
+            checkpoint,
         })
     }
 
@@ -105,6 +116,8 @@ impl Mode {
             cfg.train.learner.pack_prefixes = false;
             cfg.sft.learner.pack_prefixes = false;
         }
+        cfg.train.learner.checkpoint_activations = self.checkpoint;
+        cfg.sft.learner.checkpoint_activations = self.checkpoint;
         cfg.train.tasks_per_step = tasks;
         // Every mode rolls out the same tasks: no draws past zero-variance groups.
         cfg.train.dynamic_sampling = false;
@@ -120,6 +133,21 @@ struct ModeBench {
     replay: ReplayBench,
     /// The policy's own rollouts of one training step.
     live: RolloutBench,
+    /// This machine's GEMM peak in the mode's dtype, measured after the phases, FLOP/s.
+    gemm_peak_flop_s: f64,
+    /// Dense FLOPs of one token's forward through the decoder layers ([`TokenFlops::layers`]).
+    layer_flops_per_token: f64,
+}
+
+impl ModeBench {
+    /// Dense-layer utilisation of a phase: its tokens' decoder-layer FLOPs (three forwards for
+    /// the learner) over its wall time, as a share of the GEMM peak. Attention and the
+    /// vocabulary projection are not counted, so this is a lower bound.
+    fn utilisation(&self, phase: &PhaseCost, forwards: f64) -> f64 {
+        let flop_s = forwards * self.layer_flops_per_token * phase.tokens_per_trajectory
+            / phase.wall_s_per_trajectory.max(1e-9);
+        flop_s / self.gemm_peak_flop_s.max(1.0)
+    }
 }
 
 /// What one mode measured, plus the demo's outcome when asked.
@@ -209,6 +237,10 @@ pub fn run(args: RolloutBenchArgs) -> Result<()> {
         // f32 over bf16 wall time per trajectory, inline: > 1 means bf16 is faster.
         "bf16_learner_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.replay.learner.wall_s_per_trajectory),
         "bf16_generation_time_ratio": ratio("inline_f32", "inline_bf16", &|b| b.replay.generation.wall_s_per_trajectory),
+        // Activation checkpointing over none, inline f32 learner: time > 1 is its extra cost,
+        // memory < 1 its saving.
+        "checkpoint_learner_time_ratio": ratio("inline_f32_ckpt", "inline_f32", &|b| b.replay.learner.wall_s_per_trajectory),
+        "checkpoint_learner_memory_ratio": ratio("inline_f32_ckpt", "inline_f32", &|b| b.replay.learner.peak_rss_mib),
     });
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -233,17 +265,31 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let bench = rt.block_on(async {
-        let mut p = Pipeline::open(cfg, &dir, args.preset.name()).await?;
+        let mut p = Pipeline::open(cfg.clone(), &dir, args.preset.name()).await?;
         p.collect().await?;
         let out = async {
             let live = p.bench_rollout().await?;
             let replay = p.bench_replay().await?;
-            Ok::<_, anyhow::Error>(ModeBench { replay, live })
+            Ok::<_, anyhow::Error>((replay, live))
         }
         .await;
         p.shutdown();
         out
     })?;
+    let (replay, live) = bench;
+    // The peak in the same process and dtype, once the phases are done.
+    let (device, dtype) = resolve(
+        cfg.model.device.parse().map_err(anyhow::Error::msg)?,
+        cfg.model.dtype.parse().map_err(anyhow::Error::msg)?,
+    )?;
+    let loaded = load(&ModelSource::parse(&cfg.model.source), device, dtype)?;
+    let config = loaded.model.config();
+    let bench = ModeBench {
+        replay,
+        live,
+        gemm_peak_flop_s: gemm_peak(config, device, dtype, 3)?,
+        layer_flops_per_token: TokenFlops::of(config).layers,
+    };
     println!("{}", serde_json::to_string(&bench)?);
     Ok(())
 }
@@ -295,28 +341,53 @@ fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> 
     let header = |s: &mut String, title: &str| {
         let _ = writeln!(
             s,
-            "\n{title}\n{:<22} {:>6} {:>10} {:>8} {:>9} {:>10} {:>8} {:>9}",
-            "mode", "trajs", "gen tok", "gen s", "gen MiB", "learn tok", "learn s", "learn MiB"
+            "\n{title}\n{:<22} {:>6} {:>10} {:>8} {:>9} {:>6} {:>10} {:>8} {:>9} {:>6}",
+            "mode",
+            "trajs",
+            "gen tok",
+            "gen s",
+            "gen MiB",
+            "util",
+            "learn tok",
+            "learn s",
+            "learn MiB",
+            "util"
         );
     };
-    let row = |s: &mut String, name: &str, n: usize, g: &PhaseCost, l: &PhaseCost| {
-        let _ = writeln!(
-            s,
-            "{:<22} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>10.0} {:>8.2} {:>9.0}",
-            name,
-            n,
-            g.tokens_per_trajectory,
-            g.wall_s_per_trajectory,
-            g.peak_rss_mib,
-            l.tokens_per_trajectory,
-            l.wall_s_per_trajectory,
-            l.peak_rss_mib,
-        );
-    };
+    let pct = |u: f64| format!("{:.1}%", 100.0 * u);
+    let row =
+        |s: &mut String, name: &str, m: &ModeBench, n: usize, g: &PhaseCost, l: &PhaseCost| {
+            let learn_util = if l.tokens_per_trajectory > 0.0 {
+                pct(m.utilisation(l, 3.0))
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                s,
+                "{:<22} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>6} {:>10.0} {:>8.2} {:>9.0} {:>6}",
+                name,
+                n,
+                g.tokens_per_trajectory,
+                g.wall_s_per_trajectory,
+                g.peak_rss_mib,
+                pct(m.utilisation(g, 1.0)),
+                l.tokens_per_trajectory,
+                l.wall_s_per_trajectory,
+                l.peak_rss_mib,
+                learn_util,
+            );
+        };
     header(&mut s, "seed replay (the same trajectories in every mode)");
     for (name, r) in results {
         let b = &r.bench.replay;
-        row(&mut s, name, b.trajectories, &b.generation, &b.learner);
+        row(
+            &mut s,
+            name,
+            &r.bench,
+            b.trajectories,
+            &b.generation,
+            &b.learner,
+        );
     }
     header(
         &mut s,
@@ -324,7 +395,27 @@ fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> 
     );
     for (name, r) in results {
         let b = &r.bench.live;
-        row(&mut s, name, b.trajectories, &b.generation, &b.learner);
+        row(
+            &mut s,
+            name,
+            &r.bench,
+            b.trajectories,
+            &b.generation,
+            &b.learner,
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nutil: decoder-layer FLOP/s (three forwards for the learner; attention and the \
+         vocabulary projection not counted: a lower bound) as a share of this machine's GEMM \
+         peak in the mode's dtype, measured in the same run:"
+    );
+    for (name, r) in results {
+        let _ = writeln!(
+            s,
+            "  {name:<22} {:.0} GFLOP/s",
+            r.bench.gemm_peak_flop_s / 1e9
+        );
     }
     let _ = writeln!(
         s,
@@ -349,11 +440,13 @@ fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> 
         "generation_time_ratio",
         "bf16_learner_time_ratio",
         "bf16_generation_time_ratio",
+        "checkpoint_learner_time_ratio",
+        "checkpoint_learner_memory_ratio",
     ] {
         let v = report[key]
             .as_f64()
             .map_or_else(|| "-".to_string(), |v| format!("{v:.2}×"));
-        let _ = writeln!(s, "{key:<28} {v}");
+        let _ = writeln!(s, "{key:<32} {v}");
     }
     s
 }
