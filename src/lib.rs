@@ -28,6 +28,7 @@ pub use envace_storage as storage;
 
 pub mod bfcl;
 pub mod config;
+pub mod conformance;
 pub mod pipeline;
 pub mod plot;
 pub mod report;

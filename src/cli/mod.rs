@@ -2,6 +2,7 @@
 mod bench;
 mod bench_rollout;
 mod bfcl;
+mod conformance;
 mod generate;
 mod inspect;
 mod pipeline;
@@ -55,6 +56,10 @@ enum Command {
     /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
     /// the table and writes report.json and training.png into the run folder.
     Demo(pipeline::RunArgs),
+    /// The embedded SmolLM2-135M-Instruct against HF transformers' reference (logits,
+    /// teacher-forced log-probs, greedy ids) on this machine's device and dtype, with the
+    /// dtype's documented tolerances; exits 1 when one fails.
+    Conformance(conformance::ConformanceArgs),
     /// Test-time scaling table: no rehearsal, parallel and sequential N = 1, 2, 3, for the
     /// base and the trained model, on the same test tasks.
     TtsTable(pipeline::TtsTableArgs),
@@ -100,6 +105,7 @@ pub fn run() -> ExitCode {
         Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
         Command::Config(args) => pipeline::print_config(args),
         Command::TtsTable(args) => pipeline::tts_table_command(args),
+        Command::Conformance(args) => conformance::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
