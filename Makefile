@@ -9,7 +9,7 @@ export LIBTORCH_USE_PYTORCH := 1
 CARGO ?= cargo
 ENVACE := target/release/envace
 
-.PHONY: setup build demo test lint bench bench-deps distclean
+.PHONY: setup build demo test lint bench bench-deps gpu-bundle distclean
 
 setup:
 	@scripts/setup.sh
@@ -39,6 +39,11 @@ bench-deps: setup
 bench: build bench-deps
 	$(ENVACE) bench generate
 
+# dist/gpu: envace built against the GPU machines' torch 2.11.0 (a venv of its own, .venv-gpu),
+# scripts/gpu-smoke.sh and the assets it needs; run there as `dist/gpu/gpu-smoke.sh OUTDIR`.
+gpu-bundle: setup
+	@scripts/gpu-bundle.sh
+
 # Removes everything `make setup` installed.
 distclean:
-	rm -rf assets .venv
+	rm -rf assets .venv .venv-gpu dist
