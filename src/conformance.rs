@@ -66,10 +66,12 @@ pub struct Tolerances {
 }
 
 impl Tolerances {
-    /// f32: the CPU conformance test's bounds (`tests/conformance_smollm2.rs`). bf16: 8
-    /// mantissa bits in weights and activations, so logits move by a few tenths and a greedy
-    /// continuation may take another token once two candidates are close; the bounds are
-    /// about twice the deviations measured on the CPU (README, "GPU").
+    /// f32: the CPU conformance test's bounds (`tests/conformance_smollm2.rs`). bf16 (and
+    /// f16, which gets the same bounds): 8 mantissa bits in weights and activations, so logits
+    /// move by a few tenths and a greedy continuation may take another token once two
+    /// candidates are close; the bounds are about twice the deviations measured on the CPU,
+    /// where a bf16 model keeps its KV cache in f32 ([`crate::kernels::Model::kv_dtype`];
+    /// CUDA keeps it in bf16), with room below the measured greedy agreement (README, "GPU").
     pub fn for_dtype(dtype: Kind) -> Self {
         match dtype {
             Kind::Float => Self {
@@ -82,12 +84,12 @@ impl Tolerances {
                 batching_exact: true,
             },
             _ => Self {
-                top10_overlap: 8,
+                top10_overlap: 7,
                 logit_abs: 1.0,
                 logit_l2_rel: 7e-2,
                 logprob_sum_abs: 2.0,
                 logprob_abs: 1.0,
-                greedy_prefix: 8,
+                greedy_prefix: 4,
                 batching_exact: false,
             },
         }
@@ -97,12 +99,19 @@ impl Tolerances {
 /// What one case measured, worst over the training forward and the prefill.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CaseReport {
+    /// The chat template rendered and tokenised to the reference's prompt ids.
     pub prompt_ids_equal: bool,
+    /// The last position's argmax is the reference's, in both paths.
     pub top1_equal: bool,
+    /// Of the reference's top-10 ids, how many are in ours (the worse path).
     pub top10_overlap: usize,
+    /// Largest |Δ| of a logit at the reference's top-10 ids, logits (NaN if one is NaN).
     pub logit_abs: f64,
+    /// |Δ| / reference of the logit L2 norm.
     pub logit_l2_rel: f64,
+    /// |Δ| of the teacher-forced log-prob sum over the prompt, nats.
     pub logprob_sum_abs: f64,
+    /// Largest |Δ| of the first 16 teacher-forced log-probs, nats.
     pub logprob_abs: f64,
     /// Greedy ids equal to the reference's from the start, one request alone.
     pub greedy_prefix: usize,
@@ -118,7 +127,9 @@ pub struct CaseReport {
 /// The whole run: the device, dtype, bounds, every case and the verdict.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConformanceReport {
+    /// `cpu` or `cuda:N`.
     pub device: String,
+    /// The model's compute dtype (`Float`, `BFloat16`).
     pub dtype: String,
     pub tolerances: Tolerances,
     pub cases: Vec<CaseReport>,
@@ -182,7 +193,7 @@ pub fn run(loaded: &LoadedModel) -> Result<ConformanceReport, String> {
             .iter()
             .zip(&case.teacher_forced_logprobs_first16)
             .map(|(a, b)| f64::from((a - b).abs()))
-            .fold(0.0, f64::max);
+            .fold(0.0, worst);
         cases.push(r);
     }
 
@@ -258,13 +269,23 @@ fn compare_logits(
     let at_reference =
         Vec::<f32>::try_from(&logits.f_index_select(0, &Tensor::from_slice(&want.ids))?)?;
     for (ours, theirs) in at_reference.iter().zip(&want.values) {
-        r.logit_abs = r.logit_abs.max(f64::from((ours - theirs).abs()));
+        r.logit_abs = worst(r.logit_abs, f64::from((ours - theirs).abs()));
     }
     let l2 = logits.f_norm()?.double_value(&[]);
-    r.logit_l2_rel = r
-        .logit_l2_rel
-        .max((l2 - case.last_logits_l2).abs() / case.last_logits_l2);
+    r.logit_l2_rel = worst(
+        r.logit_l2_rel,
+        (l2 - case.last_logits_l2).abs() / case.last_logits_l2,
+    );
     Ok(())
+}
+
+/// The larger of two deviations, NaN winning (`f64::max` would drop it and report 0).
+fn worst(acc: f64, v: f64) -> f64 {
+    if v.is_nan() || v > acc {
+        v
+    } else {
+        acc
+    }
 }
 
 fn failures(cases: &[CaseReport], tol: &Tolerances) -> Vec<String> {
@@ -366,12 +387,40 @@ mod tests {
             failures(&[nan], &bf16),
             ["case 0: teacher-forced log-prob |Δ| NaN > 1.0e0"]
         );
+        // A reference shorter than the bound (it stopped at an end-of-turn token after 3
+        // ids) must be matched whole, its stop included.
         let short = CaseReport {
-            greedy_prefix: 6,
-            greedy_reference_len: 6,
+            greedy_prefix: 3,
+            greedy_reference_len: 3,
             greedy_equal: false,
             ..good()
         };
         assert_eq!(failures(&[short], &bf16).len(), 1);
+        let matched = CaseReport {
+            greedy_prefix: 3,
+            greedy_reference_len: 3,
+            ..good()
+        };
+        assert!(failures(&[matched], &bf16).is_empty());
+    }
+
+    #[test]
+    fn a_nan_logit_is_a_nan_deviation() {
+        let reference: Reference = serde_json::from_str(REFERENCE).unwrap();
+        let case = &reference.generation_cases[0];
+        let mut logits = vec![0f32; 49_152];
+        for (&id, &v) in case
+            .last_logits_top10
+            .ids
+            .iter()
+            .zip(&case.last_logits_top10.values)
+        {
+            logits[id as usize] = v;
+        }
+        logits[case.last_logits_top10.ids[3] as usize] = f32::NAN;
+        let mut r = good();
+        compare_logits(&Tensor::from_slice(&logits), case, &mut r).unwrap();
+        assert!(r.logit_abs.is_nan(), "{r:?}");
+        assert!(!failures(&[r], &Tolerances::for_dtype(Kind::BFloat16)).is_empty());
     }
 }

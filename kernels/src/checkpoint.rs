@@ -119,9 +119,112 @@ impl LayerTape<'_> {
                 (y * &grad).f_sum(Kind::Float)?.f_backward()?;
                 grad = x.grad();
             }
-            let x = Tensor::embedding(&self.model.embed, &self.ids, -1, false, false);
-            (x * &grad).f_sum(Kind::Float)?.f_backward()?;
+            // A frozen embedding takes no gradient (the plain backward would skip it too).
+            if self.model.embed.requires_grad() {
+                let x = Tensor::embedding(&self.model.embed, &self.ids, -1, false, false);
+                (x * &grad).f_sum(Kind::Float)?.f_backward()?;
+            }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelConfig;
+    use crate::packing::score_packed_counted;
+    use crate::scoring::{score_with, ScoreRow};
+    use tch::Device;
+
+    fn rows() -> Vec<ScoreRow> {
+        let ids =
+            |n: u32, k: u32| -> Vec<u32> { (0..n).map(|t| 10 + (t * 31 + k * 7) % 3000).collect() };
+        let trunk = ids(20, 0);
+        vec![
+            ScoreRow {
+                prompt_ids: trunk[..12].to_vec(),
+                completion_ids: trunk[12..].to_vec(),
+            },
+            ScoreRow {
+                prompt_ids: [&trunk[..6], &ids(4, 1)[..]].concat(),
+                completion_ids: ids(5, 2),
+            },
+            ScoreRow {
+                prompt_ids: ids(3, 3),
+                completion_ids: ids(6, 4),
+            },
+        ]
+    }
+
+    /// Every parameter's gradient, by name (zeros where backward left none).
+    fn grads(model: &Model) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(name, v)| {
+                let g = v.grad();
+                let g = if g.defined() {
+                    g.copy()
+                } else {
+                    v.zeros_like()
+                };
+                (name, g)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn zero_grads(model: &Model) {
+        for mut v in model.var_store().trainable_variables() {
+            v.zero_grad();
+        }
+    }
+
+    /// The tape carries the whole layer stack's gradient: before its backward the layers have
+    /// none, after it every parameter matches the plain backward (relative to its own size),
+    /// padded and packed.
+    #[test]
+    fn the_tape_completes_the_plain_gradient_of_every_parameter() {
+        let model = Model::random(&ModelConfig::tiny(), 9, Device::Cpu, Kind::Float).unwrap();
+        let rows = rows();
+        for packed in [false, true] {
+            let run = |checkpoint: bool| {
+                zero_grads(&model);
+                tch::with_grad(|| {
+                    let (batch, tape) = if packed {
+                        let (b, _, t) =
+                            score_packed_counted(&model, &rows, 1.0, checkpoint).unwrap();
+                        (b, t)
+                    } else {
+                        score_with(&model, &rows, 1.0, checkpoint).unwrap()
+                    };
+                    assert_eq!(tape.is_some(), checkpoint);
+                    (-batch.logprobs.sum(Kind::Float)).backward();
+                    let before = grads(&model);
+                    if let Some(tape) = tape {
+                        tape.backward().unwrap();
+                    }
+                    (before, grads(&model))
+                })
+            };
+            let (_, plain) = run(false);
+            let (before, after) = run(true);
+            for ((name, p), ((_, b), (_, a))) in plain.iter().zip(before.iter().zip(&after)) {
+                let scale = p.abs().max().double_value(&[]);
+                assert!(scale > 0.0, "packed {packed}: {name} has no gradient");
+                if name.starts_with("layers.") {
+                    let early = b.abs().max().double_value(&[]);
+                    assert_eq!(early, 0.0, "packed {packed}: {name} before the tape");
+                }
+                let diff = (p - a).abs().max().double_value(&[]);
+                assert!(
+                    diff <= 1e-4 * scale,
+                    "packed {packed}: {name} differs by {diff} (scale {scale})"
+                );
+            }
+        }
     }
 }

@@ -90,6 +90,8 @@ pub fn gemm_peak(config: &ModelConfig, device: Device, dtype: Kind, repeats: usi
             sync(device);
             Ok(start.elapsed().as_secs_f64().max(1e-9))
         };
+        // One untimed product (allocation, cuBLAS handles), then one timed to size `reps`.
+        time(1)?;
         let once = time(1)?;
         let reps = ((0.05 / once).ceil() as usize).clamp(1, 10_000);
         for _ in 0..repeats.max(1) {

@@ -8,7 +8,7 @@
 //! gradient equals the gradient of the whole batch in one piece — the batch size is a memory
 //! knob, never a change of objective.
 //!
-//! Prompt positions are never trained: [`score`] only returns completion log-probs.
+//! Prompt positions are never trained: [`crate::scoring::score`] only returns completion log-probs.
 //!
 //! Optional KL to a frozen reference (DESIGN.md §2: off by default, k3 `low_var_kl` available):
 //! with `grpo.kl_coef = β` the learner holds a second, frozen [`Model`]
@@ -66,10 +66,11 @@ pub struct LearnerConfig {
     /// rows adjacent. Same loss and gradient as unpacked scoring up to float rounding; attention
     /// and its mask grow with the square of the packed length. Off by default.
     pub pack_prefixes: bool,
-    /// Activation checkpointing per decoder layer ([`crate::checkpoint`]): the forward keeps
-    /// only each layer's input and backward recomputes one layer at a time, so a micro-batch's
-    /// activation memory is about one layer's instead of all of them, for one more forward of
-    /// every layer per micro-batch. Same gradients up to float rounding. Off by default.
+    /// Activation checkpointing per decoder layer: the forward keeps only each layer's input
+    /// `[b, t, hidden]` and backward recomputes one layer at a time from it, so a micro-batch
+    /// keeps the layer inputs plus one layer's activations instead of every layer's, for one
+    /// more forward of every layer per micro-batch (Chen et al. 2016; HF transformers'
+    /// `gradient_checkpointing_enable`). Same gradients up to float rounding. Off by default.
     pub checkpoint_activations: bool,
     /// Temperature the learner scores with; must match the one rollouts were sampled at.
     pub temperature: f64,
@@ -675,7 +676,7 @@ fn groups(rows: &[ScoreRow], max_tokens: usize, packed: bool) -> Vec<std::ops::R
 }
 
 /// Scores one micro-batch, prefix-packed ([`crate::packing::score_packed`]) when `packed`,
-/// padded ([`score`]) otherwise; also returns the tokens run through the forward pass (packed
+/// padded ([`crate::scoring::score`]) otherwise; also returns the tokens run through the forward pass (packed
 /// length, or `rows × longest row`) and, with `checkpoint`, the tape to run after the loss's
 /// backward.
 fn score_group<'m>(
@@ -694,7 +695,7 @@ fn score_group<'m>(
     }
 }
 
-/// Checks what [`score`] does not: no rows, empty prompt or completion, `old_logprobs` length,
+/// Checks what [`crate::scoring::score`] does not: no rows, empty prompt or completion, `old_logprobs` length,
 /// finiteness of advantages and old log-probs.
 fn validate_rows(rows: &[TrainRow]) -> Result<()> {
     if rows.is_empty() {
