@@ -11,8 +11,8 @@ use clap::{Args, Subcommand};
 use envace::kernels::flops::{gemm_peak, TokenFlops};
 use envace::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
 use envace::kernels::{
-    load, score, Engine, EngineConfig, GenerationRequest, Model, ModelSource, SamplingParams,
-    ScoreRow,
+    load, packed_len, score, score_packed, Engine, EngineConfig, GenerationRequest, Model,
+    ModelSource, SamplingParams, ScoreRow,
 };
 use serde::{Deserialize, Serialize};
 use tch::Kind;
@@ -50,6 +50,13 @@ pub struct GenerateBenchArgs {
     /// Timed training steps (after one warm-up step).
     #[arg(long, default_value_t = 3)]
     train_steps: usize,
+    /// Packed training sequence, tokens: a trunk and four 100-token branches off it (one
+    /// inline trajectory's Act stream and Rehearse rows), scored by tree attention; 0 skips.
+    #[arg(long, default_value_t = 4096)]
+    pack_len: usize,
+    /// Length of the plain rows the packed rate is compared with, tokens (a reference row).
+    #[arg(long, default_value_t = 1800)]
+    row_len: usize,
     /// Skip the HF transformers peer run.
     #[arg(long)]
     no_hf: bool,
@@ -120,6 +127,15 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
         args.train_batch, args.train_len
     ));
     ours.train_tok_s = run_training(model, args.train_batch, args.train_len, args.train_steps)?;
+    let packed = if args.pack_len > 0 {
+        progress(&format!(
+            "ours: packed training, one {}-token pack against {}-token rows",
+            args.pack_len, args.row_len
+        ));
+        Some(run_packed_training(model, args.pack_len, args.row_len)?)
+    } else {
+        None
+    };
     ours.peak_rss_mb = peak_rss_mb();
     progress("this machine's GEMM peak in the model's dtype");
     let peak = gemm_peak(model.config(), device, dtype, 3)?;
@@ -152,6 +168,7 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
         "hf_ratio_b8": hf_ratio_b8,
         "train_ratio": train_ratio,
         "hf_ratio": args.batch_sizes.iter().map(|b| (b.to_string(), ratio(&|m| m.decode_tok_s.get(b).copied()))).collect::<BTreeMap<_, _>>(),
+        "packed_train": packed,
         "gemm_peak_gflop_s": peak / 1e9,
         "utilisation": {
             "decode": ours.decode_tok_s.iter().map(|(&b, &r)| (b.to_string(), util.decode(r))).collect::<BTreeMap<_, _>>(),
@@ -228,7 +245,91 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
             pct(u)
         );
     }
+    if let Some(p) = packed {
+        println!(
+            "packed training: {:.1} tok/s over one {}-token pack against {:.1} tok/s over {}-token \
+             rows: {:.2}x per token",
+            p.pack_tok_s,
+            p.pack_len,
+            p.rows_tok_s,
+            p.row_len,
+            p.pack_tok_s / p.rows_tok_s
+        );
+    }
     Ok(())
+}
+
+/// fwd+bwd rate of one packed sequence against plain rows ([`run_packed_training`]).
+#[derive(Debug, Serialize)]
+struct PackedTraining {
+    pack_len: usize,
+    row_len: usize,
+    /// Packed tokens (distinct trie nodes) per second of fwd+bwd.
+    pack_tok_s: f64,
+    /// Row tokens per second of fwd+bwd, one row at a time.
+    rows_tok_s: f64,
+}
+
+/// fwd+bwd tokens/s of one prefix-packed sequence of `pack_len` tokens — a trunk scored
+/// whole and four 100-token branches leaving it at 1/5 … 4/5 of its length, what one inline
+/// trajectory's rows pack into — against single rows of `row_len` tokens; one warm-up and two
+/// timed steps each.
+fn run_packed_training(model: &Model, pack_len: usize, row_len: usize) -> Result<PackedTraining> {
+    const BRANCH: usize = 100;
+    if pack_len < 5 * BRANCH || row_len < 2 {
+        bail!(
+            "--pack-len must be at least {} and --row-len at least 2",
+            5 * BRANCH
+        );
+    }
+    let trunk = prompt_ids(0, pack_len - 4 * BRANCH);
+    let mut rows = vec![ScoreRow {
+        prompt_ids: trunk[..1].to_vec(),
+        completion_ids: trunk[1..].to_vec(),
+    }];
+    for b in 1..=4 {
+        let own = prompt_ids(b, BRANCH);
+        rows.push(ScoreRow {
+            prompt_ids: [&trunk[..trunk.len() * b / 5], &own[..1]].concat(),
+            completion_ids: own[1..].to_vec(),
+        });
+    }
+    let packed = packed_len(&rows);
+    let row = |r: usize| {
+        let ids = prompt_ids(10 + r, row_len);
+        vec![ScoreRow {
+            prompt_ids: ids[..1].to_vec(),
+            completion_ids: ids[1..].to_vec(),
+        }]
+    };
+    let step = |rows: &[ScoreRow], pack: bool| -> Result<()> {
+        let scored = if pack {
+            score_packed(model, rows, 1.0)?
+        } else {
+            score(model, rows, 1.0)?
+        };
+        (-(scored.logprobs.sum(Kind::Float))).backward();
+        for mut v in model.var_store().trainable_variables() {
+            v.zero_grad();
+        }
+        Ok(())
+    };
+    let timed = |f: &dyn Fn(usize) -> Result<()>| -> Result<f64> {
+        f(0)?;
+        let started = Instant::now();
+        for i in 1..=2 {
+            f(i)?;
+        }
+        Ok(started.elapsed().as_secs_f64() / 2.0)
+    };
+    let pack_s = timed(&|_| step(&rows, true))?;
+    let row_s = timed(&|i| step(&row(i), false))?;
+    Ok(PackedTraining {
+        pack_len: packed,
+        row_len,
+        pack_tok_s: packed as f64 / pack_s,
+        rows_tok_s: row_len as f64 / row_s,
+    })
 }
 
 /// Utilisation of each measured rate: its model FLOP/s ([`TokenFlops`]) over the GEMM peak.
