@@ -22,26 +22,43 @@ const GREEDY_TOKENS: usize = 48;
 
 const REFERENCE: &str = include_str!("../tests/fixtures/smollm2-135m-instruct.json");
 
-#[derive(Deserialize)]
-struct Reference {
-    generation_cases: Vec<Case>,
+/// The HF transformers reference (`tests/fixtures/smollm2-135m-instruct.json`).
+#[derive(Debug, Deserialize)]
+pub struct Reference {
+    pub generation_cases: Vec<Case>,
 }
 
-#[derive(Deserialize)]
-struct Case {
-    messages: Vec<ChatMessage>,
-    prompt_ids: Vec<u32>,
-    last_logits_top10: Top10,
-    last_logits_l2: f64,
-    teacher_forced_logprob_sum: f64,
-    teacher_forced_logprobs_first16: Vec<f32>,
-    greedy_ids: Vec<u32>,
+/// One reference conversation and what HF transformers computed for it in float32.
+#[derive(Debug, Deserialize)]
+pub struct Case {
+    pub messages: Vec<ChatMessage>,
+    /// The chat template's rendering with the generation prompt, tokenised.
+    pub prompt_ids: Vec<u32>,
+    /// The last position's 10 largest logits.
+    pub last_logits_top10: Top10,
+    /// L2 norm of the last position's logits `[vocab]`.
+    pub last_logits_l2: f64,
+    /// Sum of `log p(token | prefix)` over the prompt after its first token, nats.
+    pub teacher_forced_logprob_sum: f64,
+    /// The first 16 of those log-probs, nats.
+    pub teacher_forced_logprobs_first16: Vec<f32>,
+    /// Greedy continuation, up to 48 ids (fewer when it ended at an end-of-turn token).
+    pub greedy_ids: Vec<u32>,
 }
 
-#[derive(Deserialize)]
-struct Top10 {
-    ids: Vec<i64>,
-    values: Vec<f32>,
+/// Ids and values of the 10 largest logits, largest first.
+#[derive(Debug, Deserialize)]
+pub struct Top10 {
+    pub ids: Vec<i64>,
+    pub values: Vec<f32>,
+}
+
+/// The reference, parsed from the copy built into the binary.
+///
+/// # Errors
+/// A message when the embedded JSON does not parse (a build from a damaged fixture).
+pub fn reference() -> Result<Reference, String> {
+    serde_json::from_str(REFERENCE).map_err(|e| format!("embedded reference: {e}"))
 }
 
 /// Bounds one dtype must meet.
@@ -144,8 +161,7 @@ pub struct ConformanceReport {
 /// # Errors
 /// A message when the model has no chat template or a kernel fails.
 pub fn run(loaded: &LoadedModel) -> Result<ConformanceReport, String> {
-    let reference: Reference =
-        serde_json::from_str(REFERENCE).map_err(|e| format!("embedded reference: {e}"))?;
+    let reference = reference()?;
     let model = &loaded.model;
     let (device, dtype) = (model.device(), model.dtype());
     let tol = Tolerances::for_dtype(dtype);
@@ -406,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_nan_logit_is_a_nan_deviation() {
-        let reference: Reference = serde_json::from_str(REFERENCE).unwrap();
+        let reference = reference().unwrap();
         let case = &reference.generation_cases[0];
         let mut logits = vec![0f32; 49_152];
         for (&id, &v) in case

@@ -3,44 +3,17 @@
 //! Reference: `tests/fixtures/smollm2-135m-instruct.json` (see `tests/fixtures/README.md`),
 //! produced by HF transformers in float32 from the same GGUF.
 
+use envace::conformance::{Case as GenerationCase, Reference};
 use envace::kernels::kv_cache::KvCache;
 use envace::kernels::loader::embedded_gguf_path;
 use envace::kernels::{
-    load, score_no_grad, ChatMessage, Engine, EngineConfig, GenerationRequest, LoadedModel,
-    ModelSource, SamplingParams, ScoreRow,
+    load, score_no_grad, Engine, EngineConfig, GenerationRequest, LoadedModel, ModelSource,
+    SamplingParams, ScoreRow,
 };
-use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
 
-#[derive(Deserialize)]
-struct Reference {
-    generation_cases: Vec<GenerationCase>,
-}
-
-#[derive(Deserialize)]
-struct GenerationCase {
-    messages: Vec<ChatMessage>,
-    prompt_ids: Vec<u32>,
-    last_logits_top10: Top10,
-    last_logits_l2: f64,
-    teacher_forced_logprob_sum: f64,
-    teacher_forced_logprobs_first16: Vec<f32>,
-    greedy_ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct Top10 {
-    ids: Vec<i64>,
-    values: Vec<f32>,
-}
-
 fn reference() -> Reference {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/smollm2-135m-instruct.json"
-    );
-    let text = std::fs::read_to_string(path).expect("fixture present");
-    serde_json::from_str(&text).expect("fixture parses")
+    envace::conformance::reference().expect("fixture parses")
 }
 
 fn smollm2() -> LoadedModel {

@@ -377,32 +377,26 @@ fn table(report: &serde_json::Value, results: &BTreeMap<String, ModeResult>) -> 
                 learn_util,
             );
         };
-    header(&mut s, "seed replay (the same trajectories in every mode)");
-    for (name, r) in results {
-        let b = &r.bench.replay;
-        row(
-            &mut s,
-            name,
-            &r.bench,
-            b.trajectories,
-            &b.generation,
-            &b.learner,
-        );
-    }
-    header(
-        &mut s,
-        "live rollouts of one training step (shapes differ by mode)",
-    );
-    for (name, r) in results {
-        let b = &r.bench.live;
-        row(
-            &mut s,
-            name,
-            &r.bench,
-            b.trajectories,
-            &b.generation,
-            &b.learner,
-        );
+    type Pick = fn(&ModeBench) -> (usize, &PhaseCost, &PhaseCost);
+    let sections: [(&str, Pick); 2] = [
+        ("seed replay (the same trajectories in every mode)", |b| {
+            (
+                b.replay.trajectories,
+                &b.replay.generation,
+                &b.replay.learner,
+            )
+        }),
+        (
+            "live rollouts of one training step (shapes differ by mode)",
+            |b| (b.live.trajectories, &b.live.generation, &b.live.learner),
+        ),
+    ];
+    for (title, pick) in sections {
+        header(&mut s, title);
+        for (name, r) in results {
+            let (n, generation, learner) = pick(&r.bench);
+            row(&mut s, name, &r.bench, n, generation, learner);
+        }
     }
     let _ = writeln!(
         s,
