@@ -96,6 +96,13 @@ fn prompt_ids(row: usize, len: usize) -> Vec<u32> {
 }
 
 fn generate(args: GenerateBenchArgs) -> Result<()> {
+    // Checked before anything runs, not after minutes of decoding.
+    if args.pack_len > 0 && (args.pack_len < 5 * PACK_BRANCH || args.row_len < 2) {
+        bail!(
+            "--pack-len must be 0 or at least {} and --row-len at least 2",
+            5 * PACK_BRANCH
+        );
+    }
     let (device, dtype) = envace::runtime::resolve(args.model.device, args.model.dtype)?;
     let loaded = load(&ModelSource::parse(&args.model.model), device, dtype)?;
     let model = &loaded.model;
@@ -259,6 +266,9 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// Tokens of each of the four branches of the packed-training sequence.
+const PACK_BRANCH: usize = 100;
+
 /// fwd+bwd rate of one packed sequence against plain rows ([`run_packed_training`]).
 #[derive(Debug, Serialize)]
 struct PackedTraining {
@@ -275,13 +285,7 @@ struct PackedTraining {
 /// trajectory's rows pack into — against single rows of `row_len` tokens; one warm-up and two
 /// timed steps each.
 fn run_packed_training(model: &Model, pack_len: usize, row_len: usize) -> Result<PackedTraining> {
-    const BRANCH: usize = 100;
-    if pack_len < 5 * BRANCH || row_len < 2 {
-        bail!(
-            "--pack-len must be at least {} and --row-len at least 2",
-            5 * BRANCH
-        );
-    }
+    const BRANCH: usize = PACK_BRANCH;
     let trunk = prompt_ids(0, pack_len - 4 * BRANCH);
     let mut rows = vec![ScoreRow {
         prompt_ids: trunk[..1].to_vec(),
