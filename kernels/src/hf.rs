@@ -331,22 +331,23 @@ mod tests {
 
     /// A tiny random llama checkpoint's tensors (f32).
     fn random_tensors() -> Vec<(String, Tensor)> {
-        tch::manual_seed(7);
-        [
-            ("model.embed_tokens.weight", vec![10, 8]),
-            ("model.norm.weight", vec![8]),
-            ("model.layers.0.self_attn.q_proj.weight", vec![8, 8]),
-            ("model.layers.0.self_attn.k_proj.weight", vec![4, 8]),
-            ("model.layers.0.mlp.down_proj.weight", vec![8, 16]),
-        ]
-        .into_iter()
-        .map(|(n, s)| {
-            (
-                n.to_string(),
-                Tensor::randn(s.as_slice(), tch::kind::FLOAT_CPU),
-            )
+        crate::model::with_torch_rng(Some(7), || {
+            [
+                ("model.embed_tokens.weight", vec![10, 8]),
+                ("model.norm.weight", vec![8]),
+                ("model.layers.0.self_attn.q_proj.weight", vec![8, 8]),
+                ("model.layers.0.self_attn.k_proj.weight", vec![4, 8]),
+                ("model.layers.0.mlp.down_proj.weight", vec![8, 16]),
+            ]
+            .into_iter()
+            .map(|(n, s)| {
+                (
+                    n.to_string(),
+                    Tensor::randn(s.as_slice(), tch::kind::FLOAT_CPU),
+                )
+            })
+            .collect()
         })
-        .collect()
     }
 
     fn assert_same(weights: &Weights, expected: &[(String, Tensor)]) {
@@ -463,11 +464,11 @@ mod tests {
         let mut tensors = random_tensors();
         tensors.push((
             "lm_head.weight".into(),
-            Tensor::randn([10, 8], tch::kind::FLOAT_CPU),
+            crate::model::with_torch_rng(None, || Tensor::randn([10, 8], tch::kind::FLOAT_CPU)),
         ));
         tensors.push((
             "model.layers.0.self_attn.q_proj.bias".into(),
-            Tensor::randn([8], tch::kind::FLOAT_CPU),
+            crate::model::with_torch_rng(None, || Tensor::randn([8], tch::kind::FLOAT_CPU)),
         ));
         write_sharded(&dir, &tensors);
         dir.write("config.json", r#"{"model_type": "qwen2", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2}"#.as_bytes());
@@ -488,7 +489,7 @@ mod tests {
         let mut tensors = random_tensors();
         tensors.push((
             "lm_head.weight".into(),
-            Tensor::randn([10, 8], tch::kind::FLOAT_CPU),
+            crate::model::with_torch_rng(None, || Tensor::randn([10, 8], tch::kind::FLOAT_CPU)),
         ));
         let raws: Vec<Raw> = tensors.iter().map(|(n, t)| f32_raw(n, t)).collect();
         dir.write("weights.safetensors", &serialize(&raws));

@@ -234,7 +234,13 @@ impl Model {
     /// As [`Model::from_weights`].
     pub fn random(config: &ModelConfig, seed: u64, device: Device, dtype: Kind) -> Result<Self> {
         config.validate()?;
-        tch::manual_seed(seed as i64);
+        let weights = with_torch_rng(Some(seed as i64), || Self::random_weights(config));
+        Self::from_weights(config, weights, device, dtype)
+    }
+
+    /// The f32 weights of [`Model::random`], drawn from libtorch's global generator (seeded
+    /// by the caller under the lock of [`with_torch_rng`]).
+    fn random_weights(config: &ModelConfig) -> Weights {
         let c = config;
         let (h, v, f) = (
             c.hidden_size as i64,
@@ -287,7 +293,7 @@ impl Model {
         if !c.tie_word_embeddings {
             w.insert("lm_head.weight", normal(&[v, h]));
         }
-        Self::from_weights(config, w, device, dtype)
+        w
     }
 
     /// The hyper-parameters.
@@ -597,6 +603,22 @@ impl Model {
         };
         self.layer_output(layer, x, &attn)
     }
+}
+
+/// Runs `f` holding the process-wide lock on libtorch's global random generator, seeded with
+/// `seed` first when given. libtorch has one CPU generator per process: without the lock, two
+/// threads seeding and drawing at once (tests run in parallel) interleave their streams, and
+/// `Model::random(cfg, 5, …)` would not give the same weights twice.
+pub(crate) fn with_torch_rng<T>(seed: Option<i64>, f: impl FnOnce() -> T) -> T {
+    static TORCH_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A panic while drawing leaves no state to protect: take the lock back.
+    let _guard = TORCH_RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(seed) = seed {
+        tch::manual_seed(seed);
+    }
+    f()
 }
 
 /// Writes a file durably and atomically: `write` fills `NAME.tmp.EXT` beside `path` (the

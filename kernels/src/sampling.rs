@@ -252,7 +252,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_stream_regardless_of_batch() {
-        let logits = Tensor::randn([3, 50], (Kind::Float, tch::Device::Cpu));
+        let logits = crate::model::with_torch_rng(None, || {
+            Tensor::randn([3, 50], (Kind::Float, tch::Device::Cpu))
+        });
         let params = SamplingParams {
             temperature: 1.0,
             seed: 42,
