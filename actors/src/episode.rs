@@ -30,10 +30,8 @@ use crate::env_actor::EnvMsg;
 use crate::environment::ToolCall;
 use crate::judge::{TurnCalls, Verdict};
 use crate::judge_actor::JudgeMsg;
-use crate::kernels::SamplingParams;
-use crate::protocol::{
-    parse_act, python_json, InlineStream, PromptKit, RolloutProtocol, ToolRendering,
-};
+use crate::kernels::{pyjson, SamplingParams};
+use crate::protocol::{parse_act, InlineStream, PromptKit, RolloutProtocol, ToolRendering};
 use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
 use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::{
@@ -581,7 +579,7 @@ async fn execute(
                 RehearseTurn::Generated { row, text, parsed } => {
                     let r = run.push_row(row);
                     match parsed {
-                        Ok(value) => Ok(Ok((python_json(&value), Some(r)))),
+                        Ok(value) => Ok(Ok((pyjson::compact(&value), Some(r)))),
                         Err(e) => {
                             let mut m = message(
                                 MessageRole::Tool,

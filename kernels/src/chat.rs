@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::pyjson::{json_float, write_container, write_string, DumpStyle};
 use crate::tokenizer::Tokenizer;
 
 /// The name the template source is registered under; it appears in error messages.
@@ -226,15 +227,6 @@ fn to_jinja(value: &Value) -> JinjaValue {
     }
 }
 
-/// Options of Python's `json.dumps` that HF's `tojson` filter exposes.
-struct JsonStyle {
-    indent: Option<String>,
-    item_separator: String,
-    key_separator: String,
-    sort_keys: bool,
-    ensure_ascii: bool,
-}
-
 /// `tojson(indent=None, separators=None, sort_keys=False, ensure_ascii=False)`: HF's override
 /// of Jinja's filter, i.e. Python `json.dumps` with these options. Unlike minijinja's own
 /// filter it does not HTML-escape and uses Python's separators (`", "`, `": "`), which is the
@@ -261,7 +253,7 @@ fn tojson(value: &JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue,
         None if indent.is_some() => (",".to_string(), ": ".to_string()),
         None => (", ".to_string(), ": ".to_string()),
     };
-    let style = JsonStyle {
+    let style = DumpStyle {
         indent,
         item_separator,
         key_separator,
@@ -277,15 +269,17 @@ fn tojson(value: &JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue,
 fn write_json(
     out: &mut String,
     value: &JinjaValue,
-    style: &JsonStyle,
+    style: &DumpStyle,
     depth: usize,
 ) -> std::result::Result<(), minijinja::Error> {
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
         ValueKind::Number if value.is_integer() => out.push_str(&value.to_string()),
-        ValueKind::Number => out.push_str(&python_float(f64::try_from(value.clone())?)),
-        ValueKind::String => write_json_string(out, value.as_str().unwrap_or_default(), style),
+        ValueKind::Number => out.push_str(&json_float(f64::try_from(value.clone())?)),
+        ValueKind::String => {
+            write_string(out, value.as_str().unwrap_or_default(), style.ensure_ascii)
+        }
         ValueKind::Map => {
             let mut keys: Vec<JinjaValue> = value.try_iter()?.collect();
             if style.sort_keys {
@@ -307,7 +301,7 @@ fn write_json(
                 |out, (key, item)| {
                     // Python turns non-string keys into strings.
                     let key = key.as_str().map_or_else(|| key.to_string(), str::to_string);
-                    write_json_string(out, &key, style);
+                    write_string(out, &key, style.ensure_ascii);
                     out.push_str(&style.key_separator);
                     write_json(out, item, style, depth + 1)
                 },
@@ -327,89 +321,6 @@ fn write_json(
         }
     }
     Ok(())
-}
-
-/// Writes `[…]` / `{…}` with Python's layout: empty containers stay `[]`, and with an indent
-/// every item sits on its own line.
-fn write_container<T>(
-    out: &mut String,
-    (open, close): (char, char),
-    items: &[T],
-    style: &JsonStyle,
-    depth: usize,
-    mut write_item: impl FnMut(&mut String, &T) -> std::result::Result<(), minijinja::Error>,
-) -> std::result::Result<(), minijinja::Error> {
-    out.push(open);
-    if items.is_empty() {
-        out.push(close);
-        return Ok(());
-    }
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(indent) = &style.indent {
-            out.push('\n');
-            out.push_str(&indent.repeat(depth));
-        }
-    };
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(&style.item_separator);
-        }
-        newline(out, depth + 1);
-        write_item(out, item)?;
-    }
-    newline(out, depth);
-    out.push(close);
-    Ok(())
-}
-
-/// A JSON string as Python writes it: `"`, `\` and control characters escaped; other
-/// characters as they are, or as `\uXXXX` (UTF-16) with `ensure_ascii`.
-fn write_json_string(out: &mut String, s: &str, style: &JsonStyle) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (style.ensure_ascii && !c.is_ascii()) => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// A float as Python's `repr` writes it: shortest round-trip digits, `.0` on whole numbers,
-/// exponent form (`1e-05`, `1e+16`) below 1e-4 and from 1e16.
-fn python_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    let scientific = format!("{f:e}");
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    if !(-4..16).contains(&exponent) {
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exponent.abs())
-    } else {
-        let plain = f.to_string();
-        if plain.contains('.') {
-            plain
-        } else {
-            plain + ".0"
-        }
-    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ mod model_extend;
 pub mod optimizer;
 pub mod packing;
 pub mod prefix_cache;
+pub mod pyjson;
 pub mod sampling;
 pub mod scoring;
 pub mod tokenizer;

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use envace_actors::environment::{Environment, EnvironmentError};
 use envace_actors::judge::{Judge, JudgeTask, TurnCalls, TurnScore, Verdict};
 use envace_actors::task::{EpisodeTask, Split};
+use envace_kernels::pyjson;
 use envace_storage::records::{Message, MessageRole, SeedTrajectory, TaskId, ToolExchange};
 use serde_json::{Map, Value};
 
@@ -295,7 +296,7 @@ pub fn collect_seed(
                 Some(call.name.clone()),
             ));
             exchanges.push(ToolExchange {
-                arguments_json: python_json(&Value::Object(arguments)),
+                arguments_json: pyjson::compact(&Value::Object(arguments)),
                 name: call.name,
                 result_json: obs.text,
             });
@@ -352,15 +353,13 @@ pub fn hermes_tool_calls<'a>(
         .map(|(name, arguments)| {
             format!(
                 "<tool_call>\n{{\"name\": {}, \"arguments\": {}}}\n</tool_call>",
-                python_json(&Value::from(name)),
-                python_json(&Value::Object(arguments.clone()))
+                pyjson::compact(&Value::from(name)),
+                pyjson::compact(&Value::Object(arguments.clone()))
             )
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
-
-pub use envace_actors::protocol::python_json;
 
 /// The judge of real-environment evaluation: BFCL's multi-turn checker ([`Checker`]) applied
 /// to the agent's calls.

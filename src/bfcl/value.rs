@@ -9,6 +9,7 @@
 
 use std::fmt::Write as _;
 
+use envace_kernels::pyjson::{float_repr, json_float, write_string};
 use serde_json::{Map, Number, Value};
 
 use super::error::BfclError;
@@ -300,7 +301,7 @@ impl PyValue {
                 let _ = write!(out, "{i}");
             }
             PyValue::Float(f) => out.push_str(&json_float(*f)),
-            PyValue::Str(s) => json_string(out, s),
+            PyValue::Str(s) => write_string(out, s, true),
             PyValue::List(items) | PyValue::Tuple(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
@@ -329,7 +330,7 @@ impl PyValue {
                             })
                         }
                     };
-                    json_string(out, &key);
+                    write_string(out, &key, true);
                     out.push_str(": ");
                     v.write_json(out)?;
                 }
@@ -511,86 +512,6 @@ fn write_items(out: &mut String, items: &[PyValue]) {
         }
         item.write_repr(out);
     }
-}
-
-/// CPython's `repr(float)` (shortest round-trip digits; exponent form when the decimal
-/// exponent is < -4 or >= 16, with at least two exponent digits: `1e-07`, `1e+16`).
-pub fn float_repr(f: f64) -> String {
-    if f.is_nan() {
-        return "nan".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    // `{:e}` gives the shortest round-trip digits: "-1.2345e-7".
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let decpt = exp + 1;
-    let mut out = String::from(sign);
-    if !(-4 < decpt && decpt <= 16) {
-        out.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
-    } else if decpt <= 0 {
-        out.push_str("0.");
-        out.push_str(&"0".repeat(decpt.unsigned_abs() as usize));
-        out.push_str(&digits);
-    } else {
-        let d = decpt as usize;
-        if d >= digits.len() {
-            out.push_str(&digits);
-            out.push_str(&"0".repeat(d - digits.len()));
-            out.push_str(".0");
-        } else {
-            out.push_str(&digits[..d]);
-            out.push('.');
-            out.push_str(&digits[d..]);
-        }
-    }
-    out
-}
-
-fn json_float(f: f64) -> String {
-    if f.is_nan() {
-        "NaN".into()
-    } else if f.is_infinite() {
-        if f > 0.0 { "Infinity" } else { "-Infinity" }.into()
-    } else {
-        float_repr(f)
-    }
-}
-
-/// `json.dumps` of a string with `ensure_ascii=True`.
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-        }
-    }
-    out.push('"');
 }
 
 /// CPython's `repr(str)`: single quotes unless the text holds `'` and no `"`; escapes

@@ -9,9 +9,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::tools::{render_tools, to_json_py};
+use super::tools::render_tools;
 use super::ToolRendering;
-use crate::kernels::ChatMessage;
+use crate::kernels::{pyjson, ChatMessage};
 use crate::storage::{Message, MessageRole};
 use crate::ToolCall;
 
@@ -433,7 +433,7 @@ pub fn render_act_target(calls: &[ToolCall], content: &str) -> String {
         object.insert("arguments".into(), Value::Object(call.arguments.clone()));
         parts.push(format!(
             "{CALL_OPEN}\n{}\n{CALL_CLOSE}",
-            to_json_py(&Value::Object(object))
+            pyjson::compact(&Value::Object(object))
         ));
     }
     parts.join("\n")

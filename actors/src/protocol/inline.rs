@@ -43,10 +43,9 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::act::act_messages;
-use super::python_json;
 use super::rehearse::{canonical_result, json_result, write_call, write_facts};
 use super::{PromptKit, ProtocolError, RehearseErrorCode, RehearseParseError, ToolRendering};
-use crate::kernels::{self, ChatMessage};
+use crate::kernels::{self, pyjson, ChatMessage};
 use crate::storage::{Message, MessageRole, ToolExchange};
 use crate::ToolCall;
 
@@ -54,12 +53,12 @@ use crate::ToolCall;
 pub const INLINE_REHEARSE_SYSTEM: &str = "Rehearsal: you now play the tool, not the assistant. Write what the real tool returns for the call below: one JSON object or array, consistent with the known facts and the conversation so far. If the call is malformed, names a function that is not available or has invalid arguments, answer {\"error\": {\"code\": \"INVALID_TOOL_CALL_FORMAT\" or \"TOOL_NOT_AVAILABLE\" or \"INVALID_PARAMETERS\", \"message\": \"<what is wrong>\"}}. Answer with the JSON only.";
 
 /// The inline Rehearse target for a real result (warm-up rows): the canonical value
-/// ([`canonical_result`]) written with Python's `json.dumps` separators ([`python_json`]), the
+/// ([`canonical_result`]) written with Python's `json.dumps` separators ([`pyjson::compact`]), the
 /// form real results take in the stream at evaluation, so Act sees one format in training and
 /// in evaluation.
 pub fn inline_result_target(result_json: &str) -> String {
     let canonical = canonical_result(result_json);
-    serde_json::from_str::<Value>(&canonical).map_or(canonical, |v| python_json(&v))
+    serde_json::from_str::<Value>(&canonical).map_or(canonical, |v| pyjson::compact(&v))
 }
 
 /// Content no template alters (no leading or trailing whitespace, no markup).

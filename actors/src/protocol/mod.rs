@@ -26,7 +26,6 @@
 pub mod act;
 pub mod facts;
 pub mod inline;
-mod json;
 pub mod memory;
 pub mod rehearse;
 pub mod tools;
@@ -38,7 +37,6 @@ pub use facts::SeedPool;
 pub use inline::{
     inline_result_target, parse_inline_result, InlineFrames, InlineStream, INLINE_REHEARSE_SYSTEM,
 };
-pub use json::python_json;
 pub use memory::{condense, critique_messages, CRITIQUE_SYSTEM, MEMORY_HEADER};
 pub use rehearse::{
     canonical_result, parse_rehearse, rehearse_messages, render_rehearse_target, RehearseErrorCode,

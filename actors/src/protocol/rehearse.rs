@@ -15,9 +15,9 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::tools::{render_tool, render_tools, to_json_py};
+use super::tools::{render_tool, render_tools};
 use super::ToolRendering;
-use crate::kernels::ChatMessage;
+use crate::kernels::{pyjson, ChatMessage};
 use crate::storage::{Message, MessageRole, ToolExchange};
 use crate::{tool_name, ToolCall};
 
@@ -141,13 +141,13 @@ pub(crate) fn write_call(
                 || "(not in the available tools)".to_string(),
                 |t| render_tool(t, rendering)
             ),
-        to_json_py(&Value::Object(call.arguments.clone())),
+        pyjson::compact(&Value::Object(call.arguments.clone())),
     );
     if !call.positional.is_empty() {
         let _ = writeln!(
             out,
             "Positional arguments: {}",
-            to_json_py(&Value::Array(call.positional.clone()))
+            pyjson::compact(&Value::Array(call.positional.clone()))
         );
     }
 }

@@ -9,11 +9,10 @@
 //! * [`ToolRendering::Compact`]: one line per function,
 //!   `name(param: type, opt?: type = default) - First sentence of the description.`
 
-use std::io;
-
 use serde_json::Value;
 
 use super::ToolRendering;
+use crate::kernels::pyjson;
 use crate::tool_name;
 
 /// Longest description kept by the compact rendering, in characters (after cutting to the
@@ -40,53 +39,8 @@ pub fn render_tools(tools: &[Value], rendering: ToolRendering) -> String {
 /// lack a name still render (the name shows as `?`); nothing here fails.
 pub fn render_tool(tool: &Value, rendering: ToolRendering) -> String {
     match rendering {
-        ToolRendering::Full => to_json_py(tool),
+        ToolRendering::Full => pyjson::compact(tool),
         ToolRendering::Compact => compact_tool(tool),
-    }
-}
-
-/// JSON with Python `json.dumps` separators (`", "` and `": "`), non-ASCII kept as is. This is
-/// the spacing Hermes-style models saw in training for schemas and `<tool_call>` bodies.
-pub(crate) fn to_json_py(value: &Value) -> String {
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, PySeparators);
-    // Writing a `Value` to a Vec cannot fail (keys are strings, no I/O).
-    if serde::Serialize::serialize(value, &mut ser).is_err() {
-        return value.to_string();
-    }
-    String::from_utf8(out).unwrap_or_else(|_| value.to_string())
-}
-
-/// serde_json formatter with Python's default `json.dumps` separators.
-struct PySeparators;
-
-impl serde_json::ser::Formatter for PySeparators {
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
-    }
-
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        w: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
-    }
-
-    fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
-        w.write_all(b": ")
     }
 }
 
@@ -284,6 +238,9 @@ mod tests {
     #[test]
     fn python_json_spacing() {
         let v = json!({"a": [1, 2, {"b": "é"}], "c": null});
-        assert_eq!(to_json_py(&v), r#"{"a": [1, 2, {"b": "é"}], "c": null}"#);
+        assert_eq!(
+            pyjson::compact(&v),
+            r#"{"a": [1, 2, {"b": "é"}], "c": null}"#
+        );
     }
 }
