@@ -21,10 +21,10 @@
 use serde_json::{Map, Value};
 
 use super::long_context::constant;
-use super::{error_dict, ApiClass};
+use super::{error_dict, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::{compare, CmpOp};
-use crate::bfcl::signature::{bind, opt, req, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 use crate::bfcl::BfclError;
 
@@ -850,40 +850,30 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for GorillaFileSystem {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for GorillaFileSystem {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        self.dispatch(method, &bound.into_values())
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
-        self.dispatch(method, &values)
-    }
-
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("long_context".into(), Value::Bool(self.long_context));
         m.insert("root".into(), self.encode(self.root));
         m
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bfcl::classes::ApiClass;
 
     fn fs() -> GorillaFileSystem {
         let config: Value = serde_json::json!({"root": {"ws": {"type": "directory", "contents": {

@@ -16,9 +16,9 @@
 use serde_json::Map;
 use serde_json::Value;
 
-use super::{error_dict, ApiClass};
+use super::{error_dict, PythonClass};
 use crate::bfcl::exception::PyErr;
-use crate::bfcl::signature::{bind, opt, req, Bound, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::PyValue;
 
 const CLASS: &str = "MathAPI";
@@ -413,30 +413,19 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for MathApi {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for MathApi {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
-    }
-
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let bound = bind(CLASS, method, params(method), args, kwargs)?;
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
         Self::dispatch(method, &bound)
     }
 
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         Map::new()
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(*self)
     }
 }

@@ -11,11 +11,11 @@
 
 use serde_json::{Map, Value};
 
-use super::{cfg, error_dict, snapshot_of, ApiClass};
+use super::{cfg, error_dict, snapshot_of, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::lower;
 use crate::bfcl::pyrandom::PyRandom;
-use crate::bfcl::signature::{bind, req, Param};
+use crate::bfcl::signature::{req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 use crate::bfcl::BfclError;
 
@@ -330,28 +330,22 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for MessageApi {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for MessageApi {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
-    }
-
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let p = params(method);
-        let bound = bind(CLASS, method, p, args, kwargs)?;
-        let values: Vec<PyValue> = (0..p.len()).map(|i| bound.req(i).clone()).collect();
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        let values: Vec<PyValue> = (0..params(method).len())
+            .map(|i| bound.req(i).clone())
+            .collect();
         self.dispatch(method, &values)
     }
 
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         let ids = PyValue::Set(self.generated_ids.clone());
         let user_map = PyValue::Dict(self.user_map.clone());
         let inbox = PyValue::List(self.inbox.clone());
@@ -363,9 +357,5 @@ impl ApiClass for MessageApi {
             ("message_count", &self.message_count),
             ("current_user", &self.current_user),
         ])
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }

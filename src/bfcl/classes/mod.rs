@@ -27,6 +27,7 @@ use serde_json::{Map, Value};
 
 use super::error::BfclError;
 use super::exception::PyErr;
+use super::signature::{bind, Bound, Param};
 use super::value::{PyDict, PyValue};
 
 /// One BFCL API class instance.
@@ -49,6 +50,55 @@ pub trait ApiClass: Send {
     fn snapshot(&self) -> Map<String, Value>;
     /// A deep copy (`copy.deepcopy`, random state included).
     fn box_clone(&self) -> Box<dyn ApiClass>;
+}
+
+/// What one class of the port defines: its name, methods, signatures, the call of a bound
+/// method and its compared state. Every `PythonClass` is an [`ApiClass`]: arguments are bound
+/// to the signature as Python binds them ([`bind`], with its `TypeError`s) before
+/// [`PythonClass::call_bound`] runs.
+pub trait PythonClass: Clone + Send + 'static {
+    /// The Python class name (`TicketAPI`).
+    const CLASS: &'static str;
+    /// Its public method names (the tools it contributes).
+    const METHODS: &'static [&'static str];
+    /// The signature of `method` (empty for a name outside [`PythonClass::METHODS`]).
+    fn params(method: &str) -> &'static [Param];
+    /// Runs `method` on arguments already bound to its signature.
+    ///
+    /// # Errors
+    /// The Python exception the reference raises.
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr>;
+    /// The compared attributes in `vars()` order, in the trace value encoding
+    /// ([`ApiClass::snapshot`]).
+    fn vars(&self) -> Map<String, Value>;
+}
+
+impl<T: PythonClass> ApiClass for T {
+    fn class_name(&self) -> &'static str {
+        T::CLASS
+    }
+
+    fn method_names(&self) -> &'static [&'static str] {
+        T::METHODS
+    }
+
+    fn call(
+        &mut self,
+        method: &str,
+        args: Vec<PyValue>,
+        kwargs: Vec<(String, PyValue)>,
+    ) -> Result<PyValue, PyErr> {
+        let bound = bind(T::CLASS, method, T::params(method), args, kwargs)?;
+        self.call_bound(method, bound)
+    }
+
+    fn snapshot(&self) -> Map<String, Value> {
+        self.vars()
+    }
+
+    fn box_clone(&self) -> Box<dyn ApiClass> {
+        Box::new(self.clone())
+    }
 }
 
 impl Clone for Box<dyn ApiClass> {

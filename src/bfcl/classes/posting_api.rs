@@ -10,10 +10,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{cfg, error_dict, snapshot_of, ApiClass};
+use super::{cfg, error_dict, snapshot_of, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::{py_iter, str_contains};
-use crate::bfcl::signature::{bind, opt, req, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 use crate::bfcl::BfclError;
 
@@ -409,26 +409,19 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for TwitterApi {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for TwitterApi {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        self.dispatch(method, &bound.into_values())
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
-        self.dispatch(method, &values)
-    }
-
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         let tweets = PyValue::Dict(self.tweets.clone());
         let comments = PyValue::Dict(self.comments.clone());
         let retweets = PyValue::Dict(self.retweets.clone());
@@ -442,9 +435,5 @@ impl ApiClass for TwitterApi {
             ("following_list", &self.following_list),
             ("tweet_counter", &self.tweet_counter),
         ])
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }

@@ -9,10 +9,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{cfg, error_dict, snapshot_of, ApiClass};
+use super::{cfg, error_dict, snapshot_of, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::{compare, lower, CmpOp};
-use crate::bfcl::signature::{bind, opt, req, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 
 const CLASS: &str = "TicketAPI";
@@ -250,34 +250,23 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for TicketApi {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for TicketApi {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        self.dispatch(method, &bound.into_values())
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
-        self.dispatch(method, &values)
-    }
-
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         snapshot_of(&[
             ("ticket_queue", &self.ticket_queue),
             ("ticket_counter", &self.ticket_counter),
             ("current_user", &self.current_user),
         ])
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }

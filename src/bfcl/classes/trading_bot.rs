@@ -12,11 +12,11 @@
 use serde_json::{Map, Value};
 
 use super::long_context::constant;
-use super::{cfg, error_dict, snapshot_of, strptime_ymd as parse_date, ApiClass};
+use super::{cfg, error_dict, snapshot_of, strptime_ymd as parse_date, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::{arith, compare, lower, py_float, py_iter, ArithOp, CmpOp};
 use crate::bfcl::pyrandom::PyRandom;
-use crate::bfcl::signature::{bind, opt, req, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 
 const CLASS: &str = "TradingBot";
@@ -626,26 +626,19 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for TradingBot {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for TradingBot {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        self.dispatch(method, &bound.into_values())
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
-        self.dispatch(method, &values)
-    }
-
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         let orders = PyValue::Dict(self.orders.clone());
         let stocks = PyValue::Dict(self.stocks.clone());
         let watch_list = PyValue::List(self.watch_list.clone());
@@ -662,10 +655,6 @@ impl ApiClass for TradingBot {
             ("transaction_history", &history),
             ("long_context", &long_context),
         ])
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }
 

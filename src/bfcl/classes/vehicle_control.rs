@@ -15,11 +15,11 @@
 use serde_json::{Map, Value};
 
 use super::long_context::constant;
-use super::{cfg, error_dict, snapshot_of, ApiClass};
+use super::{cfg, error_dict, snapshot_of, PythonClass};
 use crate::bfcl::exception::PyErr;
 use crate::bfcl::ops::{arith, compare, py_float, py_iter, ArithOp, CmpOp};
 use crate::bfcl::pyrandom::PyRandom;
-use crate::bfcl::signature::{bind, opt, req, Param};
+use crate::bfcl::signature::{opt, req, Bound, Param};
 use crate::bfcl::value::{PyDict, PyValue};
 
 const CLASS: &str = "VehicleControlAPI";
@@ -569,26 +569,19 @@ fn params(method: &str) -> &'static [Param] {
     }
 }
 
-impl ApiClass for VehicleControlApi {
-    fn class_name(&self) -> &'static str {
-        CLASS
+impl PythonClass for VehicleControlApi {
+    const CLASS: &'static str = CLASS;
+    const METHODS: &'static [&'static str] = METHODS;
+
+    fn params(method: &str) -> &'static [Param] {
+        params(method)
     }
 
-    fn method_names(&self) -> &'static [&'static str] {
-        METHODS
+    fn call_bound(&mut self, method: &str, bound: Bound) -> Result<PyValue, PyErr> {
+        self.dispatch(method, &bound.into_values())
     }
 
-    fn call(
-        &mut self,
-        method: &str,
-        args: Vec<PyValue>,
-        kwargs: Vec<(String, PyValue)>,
-    ) -> Result<PyValue, PyErr> {
-        let values = bind(CLASS, method, params(method), args, kwargs)?.into_values();
-        self.dispatch(method, &values)
-    }
-
-    fn snapshot(&self) -> Map<String, Value> {
+    fn vars(&self) -> Map<String, Value> {
         let doors = PyValue::Dict(self.door_status.clone());
         let long_context = PyValue::Bool(self.long_context);
         snapshot_of(&[
@@ -613,9 +606,5 @@ impl ApiClass for VehicleControlApi {
             ("rearRightTirePressure", &self.rear_right_tire_pressure),
             ("long_context", &long_context),
         ])
-    }
-
-    fn box_clone(&self) -> Box<dyn ApiClass> {
-        Box::new(self.clone())
     }
 }
