@@ -12,8 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::actors::episode::EpisodeConfig;
 use crate::actors::protocol::{ProtocolConfig, RolloutProtocol, ToolRendering};
+use crate::actors::task::Split;
 use crate::actors::topology::TopologySpec;
 use crate::kernels::{EngineConfig, LearnerConfig};
+use crate::runtime::{DeviceChoice, DtypeChoice};
 
 /// The whole run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -42,18 +44,16 @@ pub struct RunConfig {
 pub struct ModelSection {
     /// `smollm2-135m` (embedded), `tiny`, a `.gguf` file or an HF checkpoint directory.
     pub source: String,
-    /// `auto`, `f32` or `bf16`.
-    pub dtype: String,
-    /// `auto`, `cpu` or `cuda`.
-    pub device: String,
+    pub dtype: DtypeChoice,
+    pub device: DeviceChoice,
 }
 
 impl Default for ModelSection {
     fn default() -> Self {
         Self {
             source: crate::kernels::loader::EMBEDDED_MODEL.into(),
-            dtype: "auto".into(),
-            device: "auto".into(),
+            dtype: DtypeChoice::Auto,
+            device: DeviceChoice::Auto,
         }
     }
 }
@@ -181,7 +181,7 @@ impl TrainConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct EvalConfig {
     /// `test` or `train`.
-    pub split: String,
+    pub split: Split,
     /// Evaluate N tasks spread evenly over the split (`None`: all).
     pub tasks: Option<usize>,
     pub temperature: f32,
@@ -196,7 +196,7 @@ pub struct EvalConfig {
 impl Default for EvalConfig {
     fn default() -> Self {
         Self {
-            split: "test".into(),
+            split: Split::Test,
             tasks: None,
             temperature: 0.6,
             top_p: 0.95,
@@ -272,7 +272,7 @@ impl RunConfig {
         c.train.dynamic_sampling = true;
         match preset {
             Preset::Smollm2 => {
-                c.model.dtype = "bf16".into();
+                c.model.dtype = DtypeChoice::Bf16;
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = Some(12);
                 c.sft.seeds_per_step = 1;
@@ -289,7 +289,7 @@ impl RunConfig {
                 // seed (a seed's stream is one packed forward of 3-4k tokens, compute-bound).
                 // What is left of the 2 hours: the final table on 30 test tasks, and a short
                 // GRPO run whose test score and fidelity are read every 2 steps on 8 of them.
-                c.model.dtype = "bf16".into();
+                c.model.dtype = DtypeChoice::Bf16;
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = None;
                 c.sft.seeds_per_step = 2;
@@ -340,7 +340,12 @@ impl RunConfig {
     /// # Errors
     /// As [`RunConfig::from_file`].
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        let c: RunConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let de = toml::Deserializer::parse(text).map_err(|e| e.to_string())?;
+        let c: RunConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            // The path names the key (`eval.split`); toml's own message shows its line.
+            let path = e.path().to_string();
+            format!("{path}: {}", e.into_inner())
+        })?;
         let c = c.finish();
         c.validate()?;
         Ok(c)
@@ -417,12 +422,6 @@ impl RunConfig {
             "rollout.rehearse_max_new_tokens",
         )?;
         positive(self.eval.act_max_new_tokens, "eval.act_max_new_tokens")?;
-        if !["train", "test"].contains(&self.eval.split.as_str()) {
-            return Err(format!(
-                "eval.split = {:?}: expected train or test",
-                self.eval.split
-            ));
-        }
         for (key, t) in [
             ("rollout.temperature", self.rollout.temperature),
             ("eval.temperature", self.eval.temperature),
@@ -515,6 +514,12 @@ mod tests {
         assert!(e.contains("rollout.top_p"), "{e}");
         let e = RunConfig::from_toml("[eval]\nsplit = \"dev\"\n").unwrap_err();
         assert!(e.contains("eval.split"), "{e}");
+        let e = RunConfig::from_toml("[model]\ndtype = \"f16\"\n").unwrap_err();
+        assert!(e.contains("model.dtype") && e.contains("bf16"), "{e}");
+        let e = RunConfig::from_toml("[model]\ndevice = \"tpu\"\n").unwrap_err();
+        assert!(e.contains("model.device") && e.contains("cuda"), "{e}");
+        let c = RunConfig::from_toml("[model]\ndtype = \"bfloat16\"\n").unwrap();
+        assert_eq!(c.model.dtype, DtypeChoice::Bf16);
         let e = RunConfig::from_toml("[train.learner]\nlr = -1.0\n").unwrap_err();
         assert!(e.contains("train.learner"), "{e}");
     }

@@ -2,12 +2,15 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 use tch::{Device, Kind};
 
 use crate::kernels::{Error, Result};
 
-/// Where the model runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Where the model runs (`model.device`: `auto`, `cpu` or `cuda`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceChoice {
     /// CUDA device 0 when libtorch sees one, else the CPU.
     #[default]
@@ -16,13 +19,16 @@ pub enum DeviceChoice {
     Cuda,
 }
 
-/// Parameter and activation dtype.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Parameter and activation dtype (`model.dtype`: `auto`, `f32` or `bf16`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DtypeChoice {
     /// f32 on CPU, bf16 on CUDA.
     #[default]
     Auto,
+    #[serde(alias = "float32")]
     F32,
+    #[serde(alias = "bfloat16")]
     Bf16,
 }
 

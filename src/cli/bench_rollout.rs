@@ -25,7 +25,7 @@ use envace::kernels::flops::{gemm_peak, TokenFlops};
 use envace::kernels::{load, ModelSource};
 use envace::pipeline::{PhaseCost, Pipeline, ReplayBench, RolloutBench};
 use envace::report::RunReport;
-use envace::runtime::resolve;
+use envace::runtime::{resolve, DtypeChoice};
 use serde::{Deserialize, Serialize};
 
 /// Options of `envace bench rollout`.
@@ -107,7 +107,11 @@ impl Mode {
         if all_turns {
             cfg.rollout.max_user_turns = None;
         }
-        cfg.model.dtype = if self.bf16 { "bf16" } else { "f32" }.into();
+        cfg.model.dtype = if self.bf16 {
+            DtypeChoice::Bf16
+        } else {
+            DtypeChoice::F32
+        };
         if !self.prefix_cache {
             cfg.engine.prefix_cache_tokens = 0;
         }
@@ -278,10 +282,7 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
     })?;
     let (replay, live) = bench;
     // The peak in the same process and dtype, once the phases are done.
-    let (device, dtype) = resolve(
-        cfg.model.device.parse().map_err(anyhow::Error::msg)?,
-        cfg.model.dtype.parse().map_err(anyhow::Error::msg)?,
-    )?;
+    let (device, dtype) = resolve(cfg.model.device, cfg.model.dtype)?;
     let loaded = load(&ModelSource::parse(&cfg.model.source), device, dtype)?;
     let config = loaded.model.config();
     let bench = ModeBench {

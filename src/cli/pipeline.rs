@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use envace::actors::task::Split;
 use envace::config::{Preset, RunConfig};
 use envace::pipeline::{demo, tts_table, Pipeline, RunOpen, TtsSpec, Variant};
 use envace::storage::RehearsalMode;
@@ -116,7 +117,7 @@ pub struct EvalArgs {
     pub limit: Option<usize>,
     /// `test` (default) or `train`.
     #[arg(long)]
-    pub split: Option<String>,
+    pub split: Option<Split>,
     /// Test-time scaling: `parallel:N` or `sequential:N` private rehearsals (no real call)
     /// condensed into a memory before one committed real execution.
     #[arg(long)]
@@ -178,9 +179,8 @@ pub fn run(stage: Stage, args: RunArgs) -> Result<()> {
 /// `envace eval`.
 pub fn eval(args: EvalArgs) -> Result<()> {
     let (mut cfg, name) = args.run.config()?;
-    if let Some(split) = &args.split {
-        cfg.eval.split = split.clone();
-        cfg.validate().map_err(anyhow::Error::msg)?;
+    if let Some(split) = args.split {
+        cfg.eval.split = split;
     }
     let rt = args.run.runtime()?;
     rt.block_on(async {

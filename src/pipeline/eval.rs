@@ -97,12 +97,7 @@ impl Pipeline {
     /// # Errors
     /// `eval.split` is not `train` or `test`; `limit` is 0.
     pub fn eval_tasks(&self, limit: Option<usize>) -> Result<(Split, Vec<EpisodeTask>)> {
-        let split: Split = self
-            .cfg
-            .eval
-            .split
-            .parse()
-            .map_err(|e: String| anyhow!(e))?;
+        let split = self.cfg.eval.split;
         let tasks = match split {
             Split::Train => &self.suite.train,
             Split::Test => &self.suite.test,

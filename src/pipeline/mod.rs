@@ -38,7 +38,7 @@ use crate::config::{JudgeKind, RunConfig};
 use crate::kernels::{load, ModelSource};
 use crate::report::{RunReport, StageReport};
 use crate::run_folder::{config_changes, config_hash, RunLock};
-use crate::runtime::{resolve, DeviceChoice, DtypeChoice};
+use crate::runtime::resolve;
 use crate::storage::{Checkpoint, Store, StoreOptions};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
@@ -180,17 +180,7 @@ impl Pipeline {
             .with_context(|| format!("writing {}", config_file.display()))?;
         }
         let metrics = install_metrics_recorder();
-        let device: DeviceChoice = cfg
-            .model
-            .device
-            .parse()
-            .map_err(|e| anyhow!("model.device: {e}"))?;
-        let dtype: DtypeChoice = cfg
-            .model
-            .dtype
-            .parse()
-            .map_err(|e| anyhow!("model.dtype: {e}"))?;
-        let (device, kind) = resolve(device, dtype)?;
+        let (device, kind) = resolve(cfg.model.device, cfg.model.dtype)?;
         let loaded = load(&ModelSource::parse(&cfg.model.source), device, kind)
             .with_context(|| format!("loading model {}", cfg.model.source))?;
         let kit = Arc::new(
