@@ -30,6 +30,7 @@ use comfy_table::{presets::ASCII_MARKDOWN, CellAlignment, Table};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::stats::{Interval, PerTask};
+use crate::storage::Role;
 
 /// File name of the report inside a run directory.
 pub const REPORT_FILE: &str = "report.json";
@@ -148,7 +149,7 @@ pub struct SftReport {
     /// Passes over the rows.
     pub epochs: u64,
     /// Rows and tokens of one epoch per role (`act`, `rehearse`): every row of every seed used.
-    pub per_role: BTreeMap<String, SftRoleRows>,
+    pub per_role: BTreeMap<Role, SftRoleRows>,
     /// One entry per optimizer step.
     pub steps: Vec<SftStepMetrics>,
 }
@@ -756,7 +757,7 @@ impl RunReport {
             ]);
             for (role, r) in &self.sft.per_role {
                 sft.add_row(vec![
-                    role.clone(),
+                    role.to_string(),
                     r.rows.to_string(),
                     r.prompt_tokens.to_string(),
                     r.completion_tokens.to_string(),

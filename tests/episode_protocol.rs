@@ -649,8 +649,8 @@ fn every_row_trains_with_its_trajectory_reward_and_role_wise_advantage() {
             }
         }
         assert_eq!(batch.rows.len(), 10);
-        assert_eq!(batch.per_role["act"].rows, 6);
-        assert_eq!(batch.per_role["rehearse"].rows, 4);
+        assert_eq!(batch.per_role[&Role::Act].rows, 6);
+        assert_eq!(batch.per_role[&Role::Rehearse].rows, 4);
         // Exact ids travel unchanged into the training rows.
         assert_eq!(batch.rows[0].completion_ids, good.rows[0].completion_ids);
         assert_eq!(batch.rows[0].prompt_ids, good.rows[0].prompt_ids);

@@ -37,7 +37,7 @@ pub struct GrpoBatch {
     /// `rows`; rows that cannot be trained, with no completion tokens, get `None`).
     pub advantages: Vec<Vec<Option<f32>>>,
     /// Statistics per role (`act`, `rehearse`).
-    pub per_role: BTreeMap<String, RoleStats>,
+    pub per_role: BTreeMap<Role, RoleStats>,
     /// Rows skipped because they had no completion tokens.
     pub skipped_rows: u64,
 }
@@ -69,7 +69,7 @@ pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32
         .map(|t| vec![None; t.rows.len()])
         .collect();
     let mut rows = Vec::with_capacity(adv.len());
-    let mut sums: BTreeMap<String, (u64, f64, f64, f64)> = BTreeMap::new();
+    let mut sums: BTreeMap<Role, (u64, f64, f64, f64)> = BTreeMap::new();
     for ((meta, &(t, r)), &a) in metas.iter().zip(&index).zip(&adv) {
         let row = &trajectories[t].rows[r];
         advantages[t][r] = Some(a);
@@ -79,7 +79,7 @@ pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32
             old_logprobs: row.logprobs.clone(),
             advantage: a,
         });
-        let s = sums.entry(meta.role.to_string()).or_default();
+        let s = sums.entry(meta.role).or_default();
         s.0 += 1;
         s.1 += f64::from(meta.reward);
         s.2 += f64::from(a);
@@ -120,7 +120,7 @@ pub struct LearnerStep {
     /// The optimizer step's numbers (loss, grad norm, clip fraction, KL, tokens, seconds).
     pub stats: StepStats,
     /// Reward and advantage statistics per role.
-    pub per_role: BTreeMap<String, RoleStats>,
+    pub per_role: BTreeMap<Role, RoleStats>,
     /// Per trajectory, per row: the advantage trained with.
     pub advantages: Vec<Vec<Option<f32>>>,
     /// Rows without completion tokens (not trained).

@@ -97,10 +97,6 @@ impl RoleLoss {
     }
 }
 
-fn role_key(role: Role) -> String {
-    role.to_string()
-}
-
 impl Pipeline {
     /// The warm-up (see the module doc): `sft.epochs` passes over every row of the chosen
     /// train seeds, then the `sft` checkpoint.
@@ -141,7 +137,7 @@ impl Pipeline {
         );
         let pool = self.seed_pool().await?;
         let context = self.topology.worker.info().context_len;
-        let mut per_role: BTreeMap<String, SftRoleRows> = BTreeMap::new();
+        let mut per_role: BTreeMap<Role, SftRoleRows> = BTreeMap::new();
         let mut data: Vec<Vec<SeedRow>> = Vec::with_capacity(chosen.len());
         for seed in &chosen {
             let task = train
@@ -152,7 +148,7 @@ impl Pipeline {
             let mut rows = seed_rows(&self.topology.kit, task, seed, &pool, &self.cfg)?;
             for r in &mut rows {
                 let lost = fit_to_context(&mut r.row, context);
-                let e = per_role.entry(role_key(r.role)).or_default();
+                let e = per_role.entry(r.role).or_default();
                 e.rows += 1;
                 e.prompt_tokens += r.row.prompt_ids.len() as u64;
                 e.completion_tokens += r.row.completion_ids.len() as u64;
@@ -254,7 +250,7 @@ impl Pipeline {
                 bar.inc(1);
             }
             for (role, sums) in &epoch_loss {
-                if let Some(r) = report.per_role.get_mut(&role_key(*role)) {
+                if let Some(r) = report.per_role.get_mut(role) {
                     if epoch == 0 {
                         r.loss_first_epoch = sums.mean();
                     }
@@ -266,9 +262,9 @@ impl Pipeline {
         // With one epoch every seed is seen once: the trend shows in the steps, not the epochs.
         let third = (report.steps.len() / 3).max(1);
         for (role, r) in &report.per_role {
-            let role_loss = |m: &SftStepMetrics| match role.as_str() {
-                "act" => m.loss_act,
-                _ => m.loss_rehearse,
+            let role_loss = |m: &SftStepMetrics| match role {
+                Role::Act => m.loss_act,
+                Role::Rehearse => m.loss_rehearse,
             };
             let mean = |steps: &[SftStepMetrics]| {
                 let v: Vec<f64> = steps

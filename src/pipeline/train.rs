@@ -266,18 +266,14 @@ impl Pipeline {
                 .as_ref()
                 .map_or((0, 0), |o| informative_rows(&draw.train, &o.advantages));
             let all_role = |r: Role| {
-                rollouts
-                    .per_role
-                    .get(&r.to_string())
-                    .copied()
-                    .unwrap_or(RoleStats {
-                        reward_mean: f64::NAN,
-                        ..RoleStats::default()
-                    })
+                rollouts.per_role.get(&r).copied().unwrap_or(RoleStats {
+                    reward_mean: f64::NAN,
+                    ..RoleStats::default()
+                })
             };
             let trained_role = |r: Role| {
                 out.as_ref()
-                    .and_then(|o| o.per_role.get(&r.to_string()).copied())
+                    .and_then(|o| o.per_role.get(&r).copied())
                     .unwrap_or_default()
             };
             // A skipped step has no loss, KL or gradient: NaN (`null` in report.json), never 0.
