@@ -331,3 +331,54 @@ fn weight_changes_clear_the_prefix_cache() {
         assert_eq!(hits().await, 2, "no reuse across a weight load");
     });
 }
+
+/// The model thread's errors are typed: a caller tells the request's fault (a prompt over the
+/// context, a learner job before `SetLearner`) from the run's (a stopped thread) by matching.
+#[test]
+fn model_thread_errors_are_matched_by_kind() {
+    use envace::actors::worker::{Job, WorkerError, WorkerHandle};
+    use envace::kernels::{Error, TrainRow};
+    let loaded = tiny();
+    let context = loaded.model.config().max_position_embeddings;
+    let worker = WorkerHandle::from_loaded(loaded, EngineConfig::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let params = SamplingParams {
+            max_new_tokens: 8,
+            ..SamplingParams::default()
+        };
+        let long: Vec<u32> = (0..context as u32).map(|i| 100 + i % 500).collect();
+        match worker.generate(request(&long, params)).await {
+            Err(WorkerError::Kernel(Error::ContextOverflow {
+                prompt_tokens,
+                max_new_tokens,
+                context_len,
+            })) => assert_eq!(
+                (prompt_tokens, max_new_tokens, context_len),
+                (context, 8, context)
+            ),
+            other => panic!("expected a context overflow, got {other:?}"),
+        }
+        let row = TrainRow {
+            prompt_ids: vec![1, 2],
+            completion_ids: vec![3],
+            old_logprobs: vec![-1.0],
+            advantage: 1.0,
+        };
+        let out = worker.request(|tx| Job::Train(vec![row], tx)).await;
+        assert!(matches!(out, Err(WorkerError::NoLearner)), "{out:?}");
+
+        // A handle whose model thread is gone: every request is `Stopped`, never a hang.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        drop(rx);
+        let info = worker.info();
+        let dead = WorkerHandle::from_queue(tx, info, Default::default());
+        assert!(matches!(
+            dead.engine_stats().await,
+            Err(WorkerError::Stopped)
+        ));
+    });
+}

@@ -80,7 +80,8 @@ pub(crate) async fn generate_row(
     let generated = engine
         .ask("engine", |r| EngineMsg::Generate(request, r))
         .await
-        .map_err(|e| e.to_string())??;
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     let text = kit
         .decode(&generated.completion_ids)
         .map_err(|e| format!("decoding a {role} turn: {e}"))?;

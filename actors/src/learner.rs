@@ -13,7 +13,7 @@ use crate::kernels::{
     TrainRow,
 };
 use crate::storage::{PolicyVersion, Role, TaskId, Trajectory};
-use crate::worker::{Job, WorkerHandle};
+use crate::worker::{Job, JobResult, WorkerError, WorkerHandle};
 
 /// Mean and standard deviation (population) of a role's advantages, with its row count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -136,11 +136,11 @@ pub struct LearnerStep {
 /// Messages of the Learner actor.
 pub enum LearnerMsg {
     /// (Re)build the optimizer (fresh AdamW state) with this configuration.
-    Configure(Box<LearnerConfig>, RpcReplyPort<Result<(), String>>),
+    Configure(Box<LearnerConfig>, RpcReplyPort<JobResult<()>>),
     /// One role-wise GRPO step on a step's trajectories (all K samples of each task).
-    GrpoStep(Vec<Trajectory>, RpcReplyPort<Result<LearnerStep, String>>),
+    GrpoStep(Vec<Trajectory>, RpcReplyPort<JobResult<LearnerStep>>),
     /// One supervised warm-up step.
-    SftStep(Vec<ScoreRow>, RpcReplyPort<Result<SftStats, String>>),
+    SftStep(Vec<ScoreRow>, RpcReplyPort<JobResult<SftStats>>),
 }
 
 /// Arguments of the Learner actor.
@@ -216,7 +216,11 @@ impl Actor for LearnerActor {
                 let batch = grpo_batch(&trajectories, &state.args.grpo(), &state.args.stop_ids);
                 tokio::spawn(async move {
                     if batch.rows.is_empty() {
-                        let _ = reply.send(Err("no trainable rows in the step".into()));
+                        let _ = reply.send(Err(WorkerError::Kernel(
+                            crate::kernels::Error::InvalidRequest(
+                                "no trainable rows in the step".into(),
+                            ),
+                        )));
                         return;
                     }
                     let GrpoBatch {

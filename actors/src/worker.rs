@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::kernels::{
-    score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest, Learner,
-    LearnerConfig, LoadedModel, Model, ScoreRow, SftStats, StepStats, Tokenizer, TrainRow,
+    self, score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest,
+    Learner, LearnerConfig, LoadedModel, Model, ScoreRow, SftStats, StepStats, Tokenizer, TrainRow,
 };
 use crate::storage::PolicyVersion;
 
@@ -41,8 +41,32 @@ pub struct Generated {
     pub policy_version: PolicyVersion,
 }
 
-/// What a job failed with, as text (it crosses actor boundaries).
-pub type JobResult<T> = Result<T, String>;
+/// Why a job of the model thread failed; callers match on it (a context overflow is the
+/// request's fault, a stopped thread is the run's).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The job itself failed: a bad request ([`kernels::Error::InvalidRequest`]), a prompt
+    /// over the context ([`kernels::Error::ContextOverflow`]), a torch or I/O error.
+    #[error(transparent)]
+    Kernel(#[from] kernels::Error),
+    /// A decode step of the continuous batch failed; every request in the batch fails with
+    /// the same error and the engine starts afresh.
+    #[error("generation step failed: {0}")]
+    GenerationStep(Arc<kernels::Error>),
+    /// A learner job arrived before any `SetLearner`.
+    #[error("no learner configured: send SetLearner first")]
+    NoLearner,
+    /// The weights were loaded but the learner's f32 masters could not follow them.
+    #[error("resyncing the learner after a load: {0}")]
+    LearnerResync(kernels::Error),
+    /// The model thread is gone (it panicked, or every handle was dropped) or dropped the
+    /// request unanswered.
+    #[error("the model thread has stopped (it crashed or was shut down)")]
+    Stopped,
+}
+
+/// What a job of the model thread returns.
+pub type JobResult<T> = Result<T, WorkerError>;
 
 /// One unit of work for the model thread.
 pub enum Job {
@@ -161,24 +185,21 @@ impl WorkerHandle {
     /// Queues `make(reply)` and awaits its reply.
     ///
     /// # Errors
-    /// The job's own error, or a message when the model thread has stopped.
+    /// The job's own error, or [`WorkerError::Stopped`] when the model thread has stopped.
     pub async fn request<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<JobResult<T>>) -> Job,
     ) -> JobResult<T> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(make(tx))
-            .map_err(|_| "the model thread has stopped".to_string())?;
-        rx.await.map_err(|_| {
-            "the model thread dropped the request (it crashed or stopped)".to_string()
-        })?
+        self.tx.send(make(tx)).map_err(|_| WorkerError::Stopped)?;
+        rx.await.map_err(|_| WorkerError::Stopped)?
     }
 
     /// Generates one completion.
     ///
     /// # Errors
-    /// As [`Engine::add_request`] (empty prompt, bad ids or sampling values, context overflow).
+    /// [`WorkerError::Kernel`] as [`Engine::add_request`] (empty prompt, bad ids or sampling
+    /// values, context overflow); [`WorkerError::GenerationStep`]; [`WorkerError::Stopped`].
     pub async fn generate(&self, request: GenerationRequest) -> JobResult<Generated> {
         self.request(|tx| Job::Generate(request, tx)).await
     }
@@ -187,7 +208,7 @@ impl WorkerHandle {
     /// generation step restarts them).
     ///
     /// # Errors
-    /// A message when the model thread has stopped.
+    /// [`WorkerError::Stopped`].
     pub async fn engine_stats(&self) -> JobResult<EngineStats> {
         self.request(Job::EngineStats).await
     }
@@ -231,8 +252,9 @@ fn serve(
                 Err(e) => {
                     // A failed step poisons every running request: fail them all, start over.
                     tracing::error!(error = %e, "generation step failed");
+                    let e = Arc::new(e);
                     for (_, (reply, _)) in waiting.drain() {
-                        let _ = reply.send(Err(format!("generation step failed: {e}")));
+                        let _ = reply.send(Err(WorkerError::GenerationStep(e.clone())));
                     }
                     engine = Engine::new(&model, Some(&tokenizer), config.clone());
                 }
@@ -250,7 +272,7 @@ fn serve(
             Job::Generate(..) => admit(job, &mut engine, &mut waiting, &mut deferred, &version),
             Job::Score(rows, reply) => {
                 let out = score_no_grad(&model, &rows, 1.0, SCORE_BATCH_TOKENS)
-                    .map_err(|e| e.to_string());
+                    .map_err(WorkerError::from);
                 let _ = reply.send(out);
             }
             Job::SetLearner(cfg, reply) => {
@@ -264,7 +286,7 @@ fn serve(
                     Learner::new(&model, *cfg)
                 }
                 .map(|l| learner = Some(l));
-                let _ = reply.send(out.map_err(|e| e.to_string()));
+                let _ = reply.send(out.map_err(WorkerError::from));
             }
             Job::Train(rows, reply) => {
                 // No request is running: free the KV cache so it and the step's activations
@@ -289,7 +311,7 @@ fn serve(
                 let _ = reply.send(Ok(engine.stats()));
             }
             Job::Save(path, reply) => {
-                let _ = reply.send(model.save_weights(&path).map_err(|e| e.to_string()));
+                let _ = reply.send(model.save_weights(&path).map_err(WorkerError::from));
             }
             Job::SaveLearner(path, reply) => {
                 let _ = reply.send(with_learner(&mut learner, |l| l.save_state(&path)));
@@ -300,12 +322,12 @@ fn serve(
             Job::Load(path, v, reply) => {
                 // Even a failed load may have replaced some parameters: drop KV of the old ones.
                 engine.clear_prefix_cache();
-                let mut out = model.load_weights(&path).map_err(|e| e.to_string());
+                let mut out = model.load_weights(&path).map_err(WorkerError::from);
                 // bf16 master weights must follow the loaded ones (else the next step writes
                 // the old master back).
                 if let Some(l) = learner.as_mut() {
                     if let Err(e) = l.weights_replaced() {
-                        out = out.and(Err(format!("resyncing the learner after a load: {e}")));
+                        out = out.and(Err(WorkerError::LearnerResync(e)));
                     }
                 }
                 if out.is_ok() {
@@ -322,8 +344,8 @@ fn with_learner<T>(
     f: impl FnOnce(&mut Learner<'_>) -> crate::kernels::Result<T>,
 ) -> JobResult<T> {
     match learner {
-        Some(l) => f(l).map_err(|e| e.to_string()),
-        None => Err("no learner configured: send SetLearner first".into()),
+        Some(l) => f(l).map_err(WorkerError::from),
+        None => Err(WorkerError::NoLearner),
     }
 }
 
@@ -349,7 +371,7 @@ fn admit(
                 waiting.insert(id, (reply, PolicyVersion(version.load(Ordering::SeqCst))));
             }
             Err(e) => {
-                let _ = reply.send(Err(e.to_string()));
+                let _ = reply.send(Err(WorkerError::Kernel(e)));
             }
         },
         other => deferred.push_back(other),

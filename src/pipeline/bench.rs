@@ -12,14 +12,14 @@
 
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::seed_rows::{first_user_turns, seed_rows};
 use super::{secs, Pipeline, TRAIN_RUN};
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
-use crate::actors::worker::Job;
+use crate::actors::worker::{Job, WorkerError};
 use crate::kernels::{EngineStats, GenerationRequest, SamplingParams, TrainRow};
 use crate::storage::{Role, RunId, Termination};
 
@@ -155,7 +155,7 @@ impl Pipeline {
         let n = trajectories.len();
         let worker = self.topology.worker.clone();
 
-        let before = worker.engine_stats().await.map_err(|e| anyhow!(e))?;
+        let before = worker.engine_stats().await?;
         reset_peak_rss();
         let start = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -175,17 +175,14 @@ impl Pipeline {
                         })
                         .await?;
                 }
-                Ok::<(), String>(())
+                Ok::<(), WorkerError>(())
             });
         }
         for done in set.join_all().await {
-            done.map_err(|e| anyhow!("bench replay: {e}"))?;
+            done.context("bench replay")?;
         }
         let wall = secs(start);
-        out.engine = delta(
-            &worker.engine_stats().await.map_err(|e| anyhow!(e))?,
-            &before,
-        );
+        out.engine = delta(&worker.engine_stats().await?, &before);
         out.generation = PhaseCost::new(
             out.engine.prefill_tokens_computed + out.engine.decode_tokens,
             wall,
@@ -233,7 +230,7 @@ impl Pipeline {
         self.configure_learner(self.cfg.train.learner.clone())
             .await?;
         let worker = self.topology.worker.clone();
-        let engine_before = worker.engine_stats().await.map_err(|e| anyhow!(e))?;
+        let engine_before = worker.engine_stats().await?;
         let calls_before = self.topology.real_env_calls();
         let agents = self.topology.rehearsal_agents();
 
@@ -247,10 +244,7 @@ impl Pipeline {
         if self.topology.real_env_calls() != calls_before {
             bail!("bench: the rollouts called the real environment");
         }
-        let engine = delta(
-            &worker.engine_stats().await.map_err(|e| anyhow!(e))?,
-            &engine_before,
-        );
+        let engine = delta(&worker.engine_stats().await?, &engine_before);
         let n = trajectories.len();
         let rows = |role| {
             trajectories
@@ -295,7 +289,7 @@ impl Pipeline {
         let step = learner
             .ask("learner", |r| LearnerMsg::GrpoStep(trajectories, r))
             .await?
-            .map_err(|e| anyhow!("bench: learner: {e}"))?;
+            .context("bench: learner")?;
         out.learner = PhaseCost::new(
             step.stats.forward_tokens as u64,
             secs(start),

@@ -254,8 +254,8 @@ impl Pipeline {
         self.topology
             .learner
             .ask("learner", |r| LearnerMsg::Configure(cfg, r))
-            .await?
-            .map_err(|e| anyhow!(e))
+            .await??;
+        Ok(())
     }
 
     /// The Memory actor.

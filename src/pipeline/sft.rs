@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
@@ -205,7 +205,7 @@ impl Pipeline {
                 let out = learner
                     .ask("learner", |r| LearnerMsg::SftStep(batch, r))
                     .await?
-                    .map_err(|e| anyhow!("sft step {step}: {e}"))?;
+                    .with_context(|| format!("sft step {step}"))?;
                 trained += out.stats.tokens as u64;
                 let mut step_loss: BTreeMap<Role, RoleLoss> = BTreeMap::new();
                 for (row, nll) in rows.iter().zip(&out.row_nll) {

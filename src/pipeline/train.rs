@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use super::{progress, secs, Pipeline, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeSpec};
@@ -227,7 +227,7 @@ impl Pipeline {
                     learner
                         .ask("learner", |r| LearnerMsg::GrpoStep(batch, r))
                         .await?
-                        .map_err(|e| anyhow!("train step {step}: learner: {e}"))?,
+                        .with_context(|| format!("train step {step}: learner"))?,
                 )
             } else {
                 None
