@@ -124,9 +124,9 @@ impl fmt::Display for FailureReason {
     }
 }
 
-/// The verdict on one user turn.
+/// The checker's result on one user turn (the judge's per-turn record is [`crate::storage::TurnVerdict`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TurnVerdict {
+pub struct TurnCheck {
     pub turn: usize,
     /// True when the ground truth of this turn is non-empty (states and results compared).
     pub checked: bool,
@@ -134,7 +134,7 @@ pub struct TurnVerdict {
     pub failure: Option<FailureReason>,
 }
 
-impl TurnVerdict {
+impl TurnCheck {
     /// True when the turn passes.
     pub fn passed(&self) -> bool {
         self.failure.is_none()
@@ -146,7 +146,7 @@ impl TurnVerdict {
 pub struct TaskVerdict {
     pub id: String,
     /// One verdict per turn the episode ran.
-    pub turns: Vec<TurnVerdict>,
+    pub turns: Vec<TurnCheck>,
     /// The first failure (BFCL's verdict), with its turn; `None` when the task passes.
     pub failure: Option<(usize, FailureReason)>,
 }
@@ -165,7 +165,7 @@ pub struct Checker {
     gt: Executor,
     config: CheckerConfig,
     model_results: Vec<String>,
-    turns: Vec<TurnVerdict>,
+    turns: Vec<TurnCheck>,
 }
 
 impl Checker {
@@ -197,7 +197,7 @@ impl Checker {
     /// Judges the next user turn. `results` are the result texts of the calls the model made
     /// in this turn, in order (one per executed call); `model_state` is the model
     /// environment's [`Environment::snapshot`] after the turn.
-    pub fn check_turn(&mut self, results: &[String], model_state: &Value) -> &TurnVerdict {
+    pub fn check_turn(&mut self, results: &[String], model_state: &Value) -> &TurnCheck {
         let turn = self.turns.len();
         let gt_calls = self.ground_truth.get(turn).cloned().unwrap_or_default();
         let gt_results: Vec<String> = gt_calls
@@ -220,7 +220,7 @@ impl Checker {
             let missing = missing_results(&gt_results, &self.model_results);
             (!missing.is_empty()).then_some(FailureReason::ResponseMismatch { missing })
         };
-        self.turns.push(TurnVerdict {
+        self.turns.push(TurnCheck {
             turn,
             checked,
             failure,

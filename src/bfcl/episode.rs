@@ -10,8 +10,9 @@
 //!   conversation with the real results as a [`SeedTrajectory`] (DESIGN.md §1: the real
 //!   environment is used once, before training, to ground the Rehearse role). Every executed
 //!   call is counted ([`CollectedSeed::env_calls`]) so a run can report its real calls.
-//! * [`BfclCheckerJudge`] is the judge of real-environment evaluation: it replays the agent's
-//!   calls in its own sandbox and applies BFCL's multi-turn checker ([`Checker`]) turn by turn.
+//! * [`BfclSuite::checker_judge`] gives the judge of real-environment evaluation
+//!   ([`BfclCheckerJudge`], in [`super::judge`] with the other BFCL judges): it replays the
+//!   agent's calls in its own sandbox and applies BFCL's multi-turn checker turn by turn.
 //!
 //! ```no_run
 //! use envace::bfcl::episode::{collect_seed, BfclSuite};
@@ -29,17 +30,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use envace_actors::environment::{Environment, EnvironmentError};
-use envace_actors::judge::{Judge, JudgeTask, TurnCalls, TurnScore, Verdict};
+use envace_actors::judge::JudgeTask;
 use envace_actors::task::{EpisodeTask, Split};
 use envace_kernels::pyjson;
 use envace_storage::records::{Message, MessageRole, SeedTrajectory, TaskId, ToolExchange};
 use serde_json::{Map, Value};
 
-use super::checker::{Checker, CheckerConfig};
-use super::env::{observation, to_py_call, tool_call_from_python};
+use super::checker::CheckerConfig;
+use super::env::tool_call_from_python;
 use super::error::BfclError;
-use super::executor::Executor;
-use super::judge::{checklist_from_task, JudgeError};
+use super::judge::{checklist_from_task, BfclCheckerJudge, JudgeError};
 use super::parse::ParseError;
 use super::schema::FuncDocs;
 use super::split::{ScenarioSplit, SplitError};
@@ -361,144 +361,12 @@ pub fn hermes_tool_calls<'a>(
         .join("\n")
 }
 
-/// The judge of real-environment evaluation: BFCL's multi-turn checker ([`Checker`]) applied
-/// to the agent's calls.
-///
-/// For a transcript of task `id` it looks up the [`BfclTask`], instantiates a fresh sandbox
-/// ([`Executor`]) from the task's initial configuration, and for each user turn the
-/// transcript played re-executes that turn's calls in order (deterministic: the same calls
-/// give the same results as in the agent's environment) and hands their result texts and the
-/// sandbox's state to [`Checker::check_turn`]. Scores:
-///
-/// * a turn BFCL's checker passes scores 1 with `passed_required`; a failing turn scores 0
-///   with the checker's error type and reason;
-/// * a turn that did not end with a final answer (the episode stopped inside it) scores 0;
-/// * BFCL stops at the first failing turn, so every later turn, and every turn the transcript
-///   did not reach, scores 0 ("not reached");
-/// * reward = mean turn score (1 exactly when BFCL's verdict on the task is a pass).
-///
-/// Problems with the task itself (an unknown id, a class that is not ported, a turn count
-/// that differs from the [`JudgeTask`]'s) give reward 0 with the reason in every turn score,
-/// never a panic.
-#[derive(Clone)]
-pub struct BfclCheckerJudge {
-    tasks: Arc<HashMap<String, BfclTask>>,
-    config: CheckerConfig,
-}
-
-impl BfclCheckerJudge {
-    /// A judge for the tasks in `tasks` (by id).
-    pub fn new(tasks: Arc<HashMap<String, BfclTask>>, config: CheckerConfig) -> Self {
-        Self { tasks, config }
-    }
-
-    /// The checker options.
-    pub fn config(&self) -> CheckerConfig {
-        self.config
-    }
-}
-
-impl Judge for BfclCheckerJudge {
-    fn judge(&self, task: &JudgeTask, transcript: &[TurnCalls]) -> Verdict {
-        let turns = task.num_turns();
-        let fail_all = |reason: String| {
-            Verdict::from_turn_scores(vec![
-                TurnScore {
-                    score: 0.0,
-                    passed_required: false,
-                    reason,
-                };
-                turns
-            ])
-        };
-        let Some(bfcl) = self.tasks.get(&task.id) else {
-            return fail_all(format!("unknown BFCL task {}", task.id));
-        };
-        if bfcl.num_turns() != turns {
-            return fail_all(format!(
-                "BFCL task {} has {} turns but the judge task has {turns}",
-                task.id,
-                bfcl.num_turns()
-            ));
-        }
-        let sandbox = Executor::new(
-            &bfcl.involved_classes,
-            &bfcl.initial_config,
-            bfcl.long_context(),
-        );
-        let (mut sandbox, mut checker) = match (sandbox, Checker::new(bfcl, self.config)) {
-            (Ok(s), Ok(c)) => (s, c),
-            (Err(e), _) | (_, Err(e)) => {
-                return fail_all(format!("task {} cannot be checked: {e}", task.id))
-            }
-        };
-        let mut scores = Vec::with_capacity(turns);
-        let mut stopped: Option<String> = None;
-        for turn in 0..turns {
-            let played = match (&stopped, transcript.get(turn)) {
-                (Some(why), _) => {
-                    scores.push(not_reached(why));
-                    continue;
-                }
-                (None, None) => {
-                    let why = "the trajectory ended before this turn".to_string();
-                    scores.push(not_reached(&why));
-                    stopped = Some(why);
-                    continue;
-                }
-                (None, Some(played)) => played,
-            };
-            let results: Vec<String> = played
-                .calls
-                .iter()
-                .map(|c| observation(sandbox.execute(to_py_call(c))).text)
-                .collect();
-            let verdict = checker.check_turn(&results, &sandbox.snapshot());
-            let score = if !played.final_answer {
-                TurnScore {
-                    score: 0.0,
-                    passed_required: false,
-                    reason: "the episode stopped inside this turn (no final answer)".into(),
-                }
-            } else if let Some(failure) = &verdict.failure {
-                TurnScore {
-                    score: 0.0,
-                    passed_required: false,
-                    reason: format!("{}: {failure}", failure.error_type()),
-                }
-            } else {
-                TurnScore {
-                    score: 1.0,
-                    passed_required: true,
-                    reason: if verdict.checked {
-                        "state and results match the ground truth".into()
-                    } else {
-                        "no call expected and none checked".into()
-                    },
-                }
-            };
-            if !score.passed_required {
-                stopped = Some(format!("turn {turn} failed"));
-            }
-            scores.push(score);
-        }
-        Verdict::from_turn_scores(scores)
-    }
-}
-
-fn not_reached(why: &str) -> TurnScore {
-    TurnScore {
-        score: 0.0,
-        passed_required: false,
-        reason: format!("not reached: {why}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bfcl::env::BfclEnv;
     use envace_actors::environment::ToolCall;
+    use envace_actors::judge::{Judge, TurnCalls};
 
     fn suite() -> BfclSuite {
         BfclSuite::load_base().expect("installed by `make setup`")

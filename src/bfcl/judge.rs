@@ -1,6 +1,8 @@
-//! The rule-based checklist judge for BFCL tasks: the default judge of self-rehearsal training
-//! (issue 5, item 4a). Nothing is executed; the agent's calls are matched against the ground
-//! truth's calls.
+//! The BFCL judges: the rule-based checklist judge ([`RuleChecklistJudge`], nothing executed:
+//! the agent's calls are matched against the ground truth's calls) and BFCL's own multi-turn
+//! checker as a judge ([`BfclCheckerJudge`], the calls re-executed in a sandbox: the judge of
+//! real-environment evaluation). The dense checklist judge, which gives partial credit, is in
+//! [`super::dense`].
 //!
 //! [`checklist_from_task`] turns a task's ground truth into a [`JudgeTask`]: each user turn's
 //! checklist has one item per ground-truth call of that turn (function name and arguments),
@@ -48,10 +50,15 @@ use envace_actors::environment::ToolCall;
 use envace_actors::judge::{ChecklistItem, Judge, JudgeTask, TurnCalls, TurnScore, Verdict};
 use serde_json::{Map, Value};
 
+use super::checker::{Checker, CheckerConfig};
 use super::env::tool_call_from_python;
+use super::env::{observation, to_py_call};
+use super::executor::Executor;
 use super::parse::ParseError;
 use super::schema::FuncDocs;
 use super::tasks::BfclTask;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Why a task's checklist could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -275,6 +282,131 @@ pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
         }
         (Value::Object(x), Value::Object(y)) => arguments_eq(x, y),
         _ => a == b,
+    }
+}
+
+/// The judge of real-environment evaluation: BFCL's multi-turn checker ([`Checker`]) applied
+/// to the agent's calls.
+///
+/// For a transcript of task `id` it looks up the [`BfclTask`], instantiates a fresh sandbox
+/// ([`Executor`]) from the task's initial configuration, and for each user turn the
+/// transcript played re-executes that turn's calls in order (deterministic: the same calls
+/// give the same results as in the agent's environment) and hands their result texts and the
+/// sandbox's state to [`Checker::check_turn`]. Scores:
+///
+/// * a turn BFCL's checker passes scores 1 with `passed_required`; a failing turn scores 0
+///   with the checker's error type and reason;
+/// * a turn that did not end with a final answer (the episode stopped inside it) scores 0;
+/// * BFCL stops at the first failing turn, so every later turn, and every turn the transcript
+///   did not reach, scores 0 ("not reached");
+/// * reward = mean turn score (1 exactly when BFCL's verdict on the task is a pass).
+///
+/// Problems with the task itself (an unknown id, a class that is not ported, a turn count
+/// that differs from the [`JudgeTask`]'s) give reward 0 with the reason in every turn score,
+/// never a panic.
+#[derive(Clone)]
+pub struct BfclCheckerJudge {
+    tasks: Arc<HashMap<String, BfclTask>>,
+    config: CheckerConfig,
+}
+
+impl BfclCheckerJudge {
+    /// A judge for the tasks in `tasks` (by id).
+    pub fn new(tasks: Arc<HashMap<String, BfclTask>>, config: CheckerConfig) -> Self {
+        Self { tasks, config }
+    }
+
+    /// The checker options.
+    pub fn config(&self) -> CheckerConfig {
+        self.config
+    }
+}
+
+impl Judge for BfclCheckerJudge {
+    fn judge(&self, task: &JudgeTask, transcript: &[TurnCalls]) -> Verdict {
+        let turns = task.num_turns();
+        let fail_all = |reason: String| {
+            Verdict::from_turn_scores(vec![
+                TurnScore {
+                    score: 0.0,
+                    passed_required: false,
+                    reason,
+                };
+                turns
+            ])
+        };
+        let Some(bfcl) = self.tasks.get(&task.id) else {
+            return fail_all(format!("unknown BFCL task {}", task.id));
+        };
+        if bfcl.num_turns() != turns {
+            return fail_all(format!(
+                "BFCL task {} has {} turns but the judge task has {turns}",
+                task.id,
+                bfcl.num_turns()
+            ));
+        }
+        let sandbox = Executor::new(
+            &bfcl.involved_classes,
+            &bfcl.initial_config,
+            bfcl.long_context(),
+        );
+        let (mut sandbox, mut checker) = match (sandbox, Checker::new(bfcl, self.config)) {
+            (Ok(s), Ok(c)) => (s, c),
+            (Err(e), _) | (_, Err(e)) => {
+                return fail_all(format!("task {} cannot be checked: {e}", task.id))
+            }
+        };
+        let mut scores = Vec::with_capacity(turns);
+        let mut stopped: Option<String> = None;
+        for turn in 0..turns {
+            let played = match (&stopped, transcript.get(turn)) {
+                (Some(why), _) => {
+                    scores.push(not_reached(why));
+                    continue;
+                }
+                (None, None) => {
+                    let why = "the trajectory ended before this turn".to_string();
+                    scores.push(not_reached(&why));
+                    stopped = Some(why);
+                    continue;
+                }
+                (None, Some(played)) => played,
+            };
+            let results: Vec<String> = played
+                .calls
+                .iter()
+                .map(|c| observation(sandbox.execute(to_py_call(c))).text)
+                .collect();
+            let verdict = checker.check_turn(&results, &sandbox.snapshot());
+            let score = if !played.final_answer {
+                TurnScore {
+                    score: 0.0,
+                    passed_required: false,
+                    reason: "the episode stopped inside this turn (no final answer)".into(),
+                }
+            } else if let Some(failure) = &verdict.failure {
+                TurnScore {
+                    score: 0.0,
+                    passed_required: false,
+                    reason: format!("{}: {failure}", failure.error_type()),
+                }
+            } else {
+                TurnScore {
+                    score: 1.0,
+                    passed_required: true,
+                    reason: if verdict.checked {
+                        "state and results match the ground truth".into()
+                    } else {
+                        "no call expected and none checked".into()
+                    },
+                }
+            };
+            if !score.passed_required {
+                stopped = Some(format!("turn {turn} failed"));
+            }
+            scores.push(score);
+        }
+        Verdict::from_turn_scores(scores)
     }
 }
 

@@ -105,7 +105,7 @@ impl FromStr for Category {
 
 /// One message of a user turn, as in the question file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
+pub struct TaskMessage {
     /// `user` for every turn shipped (BFCL may add `system` at run time).
     pub role: String,
     pub content: String,
@@ -117,7 +117,7 @@ pub struct Message {
 pub struct TaskSpec {
     pub id: String,
     /// Messages per user turn; a miss-func turn that only reveals a function is empty.
-    pub question: Vec<Vec<Message>>,
+    pub question: Vec<Vec<TaskMessage>>,
     /// `{class: scenario}`; classes absent here load their defaults.
     #[serde(default = "empty_object")]
     pub initial_config: Value,
@@ -167,7 +167,7 @@ pub struct BfclTask {
     pub id: String,
     pub category: Category,
     /// The user messages of each turn (`question`).
-    pub turns: Vec<Vec<Message>>,
+    pub turns: Vec<Vec<TaskMessage>>,
     /// `{class: scenario}` as in the file.
     pub initial_config: Value,
     /// Instantiation order = state key order.
@@ -234,10 +234,10 @@ impl BfclTask {
 
     /// The user messages the model sees at `turn`: the question's, or, at a miss-func turn
     /// (empty question), [`ADDITIONAL_FUNCTION_PROMPT`] as BFCL's handlers send it.
-    pub fn user_messages(&self, turn: usize) -> Vec<Message> {
+    pub fn user_messages(&self, turn: usize) -> Vec<TaskMessage> {
         match self.turns.get(turn) {
             Some(m) if m.is_empty() && self.missed_functions.contains_key(&turn) => {
-                vec![Message {
+                vec![TaskMessage {
                     role: "user".into(),
                     content: ADDITIONAL_FUNCTION_PROMPT.into(),
                 }]
@@ -397,7 +397,7 @@ fn read_json_lines<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 pub(crate) fn synthetic_task() -> BfclTask {
     let turn = |text: &str| {
-        vec![Message {
+        vec![TaskMessage {
             role: "user".into(),
             content: text.into(),
         }]
