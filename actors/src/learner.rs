@@ -3,14 +3,13 @@
 //! warm-up steps.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
 
 use crate::kernels::{
-    role_wise_advantages, GrpoConfig, LearnerConfig, RowMeta, ScoreRow, SftStats, StepStats,
-    TrainRow,
+    role_wise_advantages, GrpoConfig, Learner, LearnerConfig, RowMeta, ScoreRow, SftStats,
+    StepStats, TrainRow,
 };
 use crate::storage::{PolicyVersion, Role, TaskId, Trajectory};
 use crate::worker::{Job, JobResult, WorkerError, WorkerHandle};
@@ -114,6 +113,49 @@ pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32
     }
 }
 
+/// One role-wise GRPO step on the model thread, with the settings of its `learner`
+/// ([`grpo_batch`] with `learner.config().grpo`, then [`Learner::step`]); `before_step` runs
+/// just before the optimizer step (the model thread frees its KV cache there). A step whose
+/// advantages are all 0 takes no optimizer step and returns `skipped: true`; the caller
+/// sets `policy_version`.
+///
+/// # Errors
+/// [`WorkerError::Kernel`] with [`crate::kernels::Error::InvalidRequest`] when no row has
+/// completion tokens, or the learner's own error.
+pub(crate) fn grpo_step(
+    learner: &mut Learner<'_>,
+    trajectories: &[Trajectory],
+    stop_ids: &[u32],
+    before_step: impl FnOnce(),
+) -> JobResult<LearnerStep> {
+    let GrpoBatch {
+        rows,
+        advantages,
+        per_role,
+        skipped_rows,
+    } = grpo_batch(trajectories, &learner.config().grpo, stop_ids);
+    if rows.is_empty() {
+        return Err(WorkerError::Kernel(crate::kernels::Error::InvalidRequest(
+            "no trainable rows in the step".into(),
+        )));
+    }
+    let skipped = rows.iter().all(|r| r.advantage == 0.0);
+    let stats = if skipped {
+        StepStats::default()
+    } else {
+        before_step();
+        learner.step(&rows)?
+    };
+    Ok(LearnerStep {
+        stats,
+        per_role,
+        advantages,
+        skipped_rows,
+        skipped,
+        policy_version: PolicyVersion::default(),
+    })
+}
+
 /// What one GRPO step did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LearnerStep {
@@ -150,26 +192,14 @@ pub struct LearnerArgs {
     pub worker: WorkerHandle,
     /// Ids that end a turn: a row whose completion is only these is an empty row.
     pub stop_ids: Vec<u32>,
-    /// The advantage settings of the last `Configure`, shared so a restarted learner keeps
-    /// them.
-    pub grpo: Arc<Mutex<GrpoConfig>>,
 }
 
 impl LearnerArgs {
-    /// Arguments with the default GRPO settings until the first `Configure`.
+    /// Arguments for a learner over `worker`'s weights. The learner settings (advantages,
+    /// loss, optimizer) have one owner, the model thread's learner: `Configure` sets them
+    /// there, and each step reads them there.
     pub fn new(worker: WorkerHandle, stop_ids: Vec<u32>) -> Self {
-        Self {
-            worker,
-            stop_ids,
-            grpo: Arc::new(Mutex::new(GrpoConfig::default())),
-        }
-    }
-
-    fn grpo(&self) -> GrpoConfig {
-        match self.grpo.lock() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        Self { worker, stop_ids }
     }
 }
 
@@ -204,51 +234,17 @@ impl Actor for LearnerActor {
         let worker = state.args.worker.clone();
         match msg {
             LearnerMsg::Configure(cfg, reply) => {
-                match state.args.grpo.lock() {
-                    Ok(mut g) => *g = cfg.grpo.clone(),
-                    Err(poisoned) => *poisoned.into_inner() = cfg.grpo.clone(),
-                }
                 tokio::spawn(async move {
                     let _ = reply.send(worker.request(|tx| Job::SetLearner(cfg, tx)).await);
                 });
             }
             LearnerMsg::GrpoStep(trajectories, reply) => {
-                let batch = grpo_batch(&trajectories, &state.args.grpo(), &state.args.stop_ids);
+                let stop_ids = state.args.stop_ids.clone();
                 tokio::spawn(async move {
-                    if batch.rows.is_empty() {
-                        let _ = reply.send(Err(WorkerError::Kernel(
-                            crate::kernels::Error::InvalidRequest(
-                                "no trainable rows in the step".into(),
-                            ),
-                        )));
-                        return;
-                    }
-                    let GrpoBatch {
-                        rows,
-                        advantages,
-                        per_role,
-                        skipped_rows,
-                    } = batch;
-                    if rows.iter().all(|r| r.advantage == 0.0) {
-                        let _ = reply.send(Ok(LearnerStep {
-                            stats: StepStats::default(),
-                            per_role,
-                            advantages,
-                            skipped_rows,
-                            skipped: true,
-                            policy_version: worker.policy_version(),
-                        }));
-                        return;
-                    }
-                    let out = worker.request(|tx| Job::Train(rows, tx)).await;
-                    let _ = reply.send(out.map(|stats| LearnerStep {
-                        stats,
-                        per_role,
-                        advantages,
-                        skipped_rows,
-                        skipped: false,
-                        policy_version: worker.policy_version(),
-                    }));
+                    let out = worker
+                        .request(|tx| Job::GrpoStep(trajectories, stop_ids, tx))
+                        .await;
+                    let _ = reply.send(out);
                 });
             }
             LearnerMsg::SftStep(rows, reply) => {

@@ -22,7 +22,8 @@ use crate::kernels::{
     self, score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest,
     Learner, LearnerConfig, LoadedModel, Model, ScoreRow, SftStats, StepStats, Tokenizer, TrainRow,
 };
-use crate::storage::PolicyVersion;
+use crate::learner::{grpo_step, LearnerStep};
+use crate::storage::{PolicyVersion, Trajectory};
 
 /// Padded tokens per scoring micro-batch.
 const SCORE_BATCH_TOKENS: usize = 4096;
@@ -78,8 +79,16 @@ pub enum Job {
     /// (Re)build the optimizer with this configuration (a fresh AdamW state); with
     /// `grpo.kl_coef` set, the current weights become the frozen KL reference.
     SetLearner(Box<LearnerConfig>, oneshot::Sender<JobResult<()>>),
-    /// One role-wise GRPO optimizer step; bumps the policy version.
+    /// One GRPO optimizer step on rows with their advantages; bumps the policy version.
     Train(Vec<TrainRow>, oneshot::Sender<JobResult<StepStats>>),
+    /// One role-wise GRPO step on a step's judged trajectories, with the configured learner's
+    /// advantage settings ([`crate::learner::grpo_step`]); the second field holds the ids
+    /// that end a turn (empty rows). Bumps the policy version unless the step is skipped.
+    GrpoStep(
+        Vec<Trajectory>,
+        Vec<u32>,
+        oneshot::Sender<JobResult<LearnerStep>>,
+    ),
     /// One supervised (warm-up) optimizer step; bumps the policy version.
     Sft(Vec<ScoreRow>, oneshot::Sender<JobResult<SftStats>>),
     /// Write all weights to a safetensors file.
@@ -297,6 +306,20 @@ fn serve(
                 if out.is_ok() {
                     version.fetch_add(1, Ordering::SeqCst);
                 }
+                let _ = reply.send(out);
+            }
+            Job::GrpoStep(trajectories, stop_ids, reply) => {
+                let out = match learner.as_mut() {
+                    None => Err(WorkerError::NoLearner),
+                    Some(l) => grpo_step(l, &trajectories, &stop_ids, || engine.release_memory()),
+                };
+                let out = out.map(|mut step| {
+                    if !step.skipped {
+                        version.fetch_add(1, Ordering::SeqCst);
+                    }
+                    step.policy_version = PolicyVersion(version.load(Ordering::SeqCst));
+                    step
+                });
                 let _ = reply.send(out);
             }
             Job::Sft(rows, reply) => {
