@@ -2,6 +2,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
-    envace::runtime::tune_allocator();
+    envace::runtime::tune_allocator(envace::runtime::AllocatorTuning::Speed);
     cli::run()
 }

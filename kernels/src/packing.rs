@@ -500,7 +500,7 @@ pub(crate) fn score_packed_counted<'m>(
     let pack = PackedRows::new(rows)?;
     let device = model.device();
     let (ids, positions, layout) = pack.inputs(device);
-    let (hidden, tape) = if checkpoint {
+    let (hidden, mut tape) = if checkpoint {
         let (hidden, tape) = model.forward_checkpointed(&ids, &positions, Plan::Packed(layout));
         (hidden, Some(tape))
     } else {
@@ -524,7 +524,7 @@ pub(crate) fn score_packed_counted<'m>(
     }
     let selected = hidden.index_select(0, &Tensor::from_slice(&predictors).to_device(device));
     let targets = Tensor::from_slice(&targets).to_device(device);
-    let picked = target_logprobs(model, &selected, &targets, temperature).view([-1]);
+    let picked = target_logprobs(model, &selected, &targets, temperature, tape.as_mut()).view([-1]);
 
     let b = rows.len();
     let width = rows

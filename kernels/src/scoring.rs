@@ -11,7 +11,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
-use crate::checkpoint::{LayerTape, Plan};
+use crate::checkpoint::{HeadStage, LayerTape, Plan};
 use crate::error::{Error, Result};
 use crate::model::Model;
 
@@ -118,7 +118,7 @@ pub(crate) fn score_with<'m>(
     let input = Tensor::from_slice(&ids)
         .view([b, longest])
         .to_device(device);
-    let (hidden, tape) = if checkpoint {
+    let (hidden, mut tape) = if checkpoint {
         let positions = Tensor::arange(longest, (Kind::Int64, device))
             .unsqueeze(0)
             .expand([b, longest], false);
@@ -134,7 +134,7 @@ pub(crate) fn score_with<'m>(
         .expand([b, completion, h], false);
     let selected = hidden.gather(1, &index, false).reshape([b * completion, h]);
     let targets = Tensor::from_slice(&targets).to_device(device);
-    let picked = target_logprobs(model, &selected, &targets, temperature);
+    let picked = target_logprobs(model, &selected, &targets, temperature, tape.as_mut());
     let mask = Tensor::from_slice(&mask)
         .view([b, completion])
         .to_device(device);
@@ -187,37 +187,84 @@ pub(crate) fn validate(model: &Model, rows: &[ScoreRow], temperature: f64) -> Re
 /// `log softmax(logits / temperature)` of each target: `selected: [n, hidden]` (model dtype)
 /// hidden states that predict `targets: [n]` i64 → `[n, 1]` f32. Shared by [`score`] and
 /// [`crate::packing::score_packed`].
+///
+/// With a `tape` (activation checkpointing) the projection runs without autograd and the
+/// result is a leaf; the tape records the head and recomputes it chunk by chunk in its
+/// backward ([`LayerTape::backward`]), so no `[n, vocab]` log-softmax is kept for backward
+/// (196 KB per completion token for SmolLM2's 49 152-token vocabulary).
 pub(crate) fn target_logprobs(
+    model: &Model,
+    selected: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+    tape: Option<&mut LayerTape<'_>>,
+) -> Tensor {
+    match tape {
+        None => chunked_logprobs(model, selected, targets, temperature),
+        Some(tape) => {
+            let picked = tch::no_grad(|| chunked_logprobs(model, selected, targets, temperature))
+                .set_requires_grad(true);
+            tape.record_head(HeadStage {
+                selected: selected.shallow_clone(),
+                targets: targets.shallow_clone(),
+                temperature,
+                picked: picked.shallow_clone(),
+            });
+            picked
+        }
+    }
+}
+
+/// Rows of the vocabulary projection computed at once: each chunk's `[rows, vocab]` f32
+/// logits take at most 24 MiB, so the projection never holds `[n, vocab]` at once, and the
+/// chunks stay below a 32 MiB mmap threshold (`envace`'s speed tuning of glibc), where the
+/// allocator reuses heap memory across steps instead of mapping (and the kernel zeroing)
+/// hundreds of MB per step — 10–15 % of a training step on the 2-core machine.
+pub(crate) fn logits_chunk_rows(model: &Model) -> i64 {
+    (LOGITS_CHUNK_BYTES / (4 * model.config().vocab_size)).max(1) as i64
+}
+
+/// [`target_logprobs`] without a tape: the projection in chunks of [`logits_chunk_rows`] rows;
+/// under autograd each chunk's log-softmax is kept for backward.
+pub(crate) fn chunked_logprobs(
     model: &Model,
     selected: &Tensor,
     targets: &Tensor,
     temperature: f64,
 ) -> Tensor {
     let n = selected.size()[0];
-    // The vocabulary projection in chunks of rows: each chunk's `[rows, vocab]` logits stay
-    // below glibc's mmap threshold, so the allocator reuses heap memory across steps instead
-    // of mapping (and the kernel zeroing) hundreds of MB per step — 10–15 % of a training
-    // step on the 2-core machine. Autograd keeps each chunk's log-softmax for backward.
-    let chunk = (LOGITS_CHUNK_BYTES / (4 * model.config().vocab_size)).max(1) as i64;
+    let chunk = logits_chunk_rows(model);
     let mut pieces = Vec::new();
     let mut start = 0;
     while start < n {
         let len = chunk.min(n - start);
-        let logits = model.logits(&selected.narrow(0, start, len));
-        let logits = if temperature == 1.0 {
-            logits
-        } else {
-            logits / temperature
-        };
-        let target = targets.narrow(0, start, len).unsqueeze(1);
-        pieces.push(
-            logits
-                .log_softmax(-1, Kind::Float)
-                .gather(1, &target, false),
-        );
+        pieces.push(chunk_logprobs(
+            model,
+            &selected.narrow(0, start, len),
+            &targets.narrow(0, start, len),
+            temperature,
+        ));
         start += len;
     }
     Tensor::cat(&pieces, 0)
+}
+
+/// One chunk: `selected: [len, hidden]`, `targets: [len]` → `[len, 1]` f32.
+pub(crate) fn chunk_logprobs(
+    model: &Model,
+    selected: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Tensor {
+    let logits = model.logits(selected);
+    let logits = if temperature == 1.0 {
+        logits
+    } else {
+        logits / temperature
+    };
+    logits
+        .log_softmax(-1, Kind::Float)
+        .gather(1, &targets.unsqueeze(1), false)
 }
 
 /// Scores every row without autograd, in micro-batches of at most `max_tokens` padded tokens;

@@ -58,6 +58,8 @@ impl RunArgs {
                 Preset::Smollm2.name().to_string(),
             ),
         };
+        // Before any thread starts: the runtime and libtorch come later.
+        envace::runtime::tune_allocator(envace::runtime::AllocatorTuning::for_config(&cfg));
         if self.scale > 1 {
             let s = self.scale;
             let too_big = |key: &str| anyhow::anyhow!("--scale {s}: {key} overflows");
