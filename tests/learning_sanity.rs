@@ -184,8 +184,12 @@ fn train(sign: f32, kl_coef: Option<f64>) -> Outcome {
             })
             .collect();
         let stats = learner.step(&batch).expect("learner step");
-        // Sampling and scoring log-probs agree: the first micro-batch is on-policy.
-        assert!(stats.approx_kl.abs() < 1e-4, "step {step}: {stats:?}");
+        // Sampling and scoring log-probs agree: the first micro-batch is on-policy. Decode
+        // (M = 1 products over the KV cache) and the learner's full forward sum in different
+        // orders, so they differ by float rounding, most at sampled tokens of low probability:
+        // over 40 steps on an AMD EPYC the step means reach −1.04e-4 (one step), most stay below
+        // 1e-5. A real mismatch (a shifted token, another prompt) moves them by whole nats.
+        assert!(stats.approx_kl.abs() < 1e-3, "step {step}: {stats:?}");
         ref_kls.push(stats.ref_kl);
     }
     let final_mass = mass_on(&first_token_probs(&loaded, &prompt), &set);
