@@ -5,11 +5,23 @@
 //!
 //! `cargo run --release --example custom_judge` (after `make setup`) scores the ground truth
 //! of a few BFCL tasks and a copy with one extra call, with this judge and the default one.
+//!
+//! With arguments it is the whole `envace` command line with this judge registered as
+//! `exact_sequence` (`envace::cli::run_with`), so a run config can train with it:
+//!
+//! ```text
+//! cargo run --release --example custom_judge -- demo --config my.toml --out runs/exact
+//! ```
+//!
+//! where `my.toml` says `judge = "exact_sequence"`.
+
+use std::sync::Arc;
 
 use envace::actors::{Judge, JudgeTask, ToolCall, TurnCalls, TurnScore, Verdict};
 use envace::bfcl::env::tool_call_from_python;
 use envace::bfcl::episode::BfclSuite;
 use envace::bfcl::judge::RuleChecklistJudge;
+use envace::registry::Registry;
 
 /// Exact, ordered match of each turn's calls against its checklist; the episode stops at the
 /// first failed turn.
@@ -44,7 +56,24 @@ impl Judge for ExactSequenceJudge {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    if std::env::args().len() > 1 {
+        let mut registry = Registry::builtin();
+        registry.register_judge("exact_sequence", |_| Arc::new(ExactSequenceJudge));
+        return envace::cli::run_with(registry);
+    }
+    match compare_judges() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("custom_judge: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Scores the ground truth of three train tasks, and a copy with one extra call, with this
+/// judge and the default one.
+fn compare_judges() -> Result<(), Box<dyn std::error::Error>> {
     let suite = BfclSuite::load_base()?;
     for task in suite.train.iter().take(3) {
         let bfcl = suite.task(&task.id.0).ok_or("task missing")?;

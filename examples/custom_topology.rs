@@ -1,7 +1,7 @@
-//! A custom topology built with the public API instead of a TOML file: one model thread, one
-//! Acting worker, three Rehearsal workers, a custom judge, no environment actor at all (so no
-//! real environment call is even possible); then K self-rehearsal episodes of one BFCL train
-//! task and one role-wise GRPO step on them.
+//! A custom topology built with the public API instead of a TOML file: one model thread, four
+//! Policy workers, a custom judge, the reference protocol with compact tool schemas, no
+//! environment actor at all (so no real environment call is even possible); then K
+//! self-rehearsal episodes of one BFCL train task and one role-wise GRPO step on them.
 //!
 //! `cargo run --release --example custom_topology` (after `make setup`; `smollm2-135m` as first
 //! argument uses the embedded model instead of the tiny random one).
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use envace::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
 use envace::actors::learner::LearnerMsg;
-use envace::actors::protocol::{PromptKit, SeedPool, ToolRendering};
-use envace::actors::topology::{Topology, TopologySpec};
+use envace::actors::protocol::{PromptKit, ProtocolConfig, SeedPool, ToolRendering};
+use envace::actors::topology::TopologyBuilder;
 use envace::actors::worker::WorkerHandle;
 use envace::actors::{Judge, JudgeTask, Split, TurnCalls, Verdict};
 use envace::bfcl::env::BfclEnv;
@@ -56,19 +56,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let worker = WorkerHandle::spawn(loaded.model, loaded.tokenizer, EngineConfig::default());
     let dir = std::env::temp_dir().join(format!("envace-custom-topology-{}", std::process::id()));
     let store = Arc::new(Store::open(dir.join("db"), StoreOptions::default())?);
-    let topology = Topology::start(
-        TopologySpec {
-            acting_workers: 1,
-            rehearsal_workers: 3,
-            max_restarts: 3,
-        },
-        worker,
-        kit,
-        Arc::new(FinishedOnlyJudge),
-        None,
-        store,
-    )
-    .await?;
+    let topology = TopologyBuilder::new(worker, kit, store)
+        .policy_workers(4)
+        .max_restarts(3)
+        .judge(Arc::new(FinishedOnlyJudge))
+        .protocol_config(&ProtocolConfig {
+            tool_rendering: ToolRendering::Compact,
+            ..ProtocolConfig::default()
+        })
+        .start()
+        .await?;
 
     // Few-shot facts for Rehearse from the task's own seed (a train task).
     let suite = BfclSuite::load_base()?;
@@ -78,7 +75,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let facts = SeedPool::new(vec![(Split::Train, seed)]).facts_for(&task, 4, 200);
 
     let cfg = EpisodeConfig {
-        tool_rendering: ToolRendering::Compact,
         max_user_turns: Some(1),
         act_max_new_tokens: 48,
         rehearse_max_new_tokens: 48,

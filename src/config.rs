@@ -25,8 +25,10 @@ pub struct RunConfig {
     pub topology: TopologySpec,
     pub engine: EngineConfig,
     pub protocol: ProtocolConfig,
-    /// Judge of self-rehearsal training.
-    pub judge: JudgeKind,
+    /// Judge of self-rehearsal training, by its name in the judge registry
+    /// ([`crate::registry`]): `rule_checklist` (default), `bfcl_checker`, `dense_checklist`, or
+    /// one a user's crate registered.
+    pub judge: JudgeName,
     pub environment: EnvironmentKind,
     /// How rollouts are played (training and seed-free stages).
     pub rollout: EpisodeConfig,
@@ -58,18 +60,29 @@ impl Default for ModelSection {
     }
 }
 
-/// The judge of self-rehearsal training.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JudgeKind {
-    /// One checklist item per ground-truth call, matched without executing (the default).
-    #[default]
-    RuleChecklist,
-    /// BFCL's own checker, which re-executes the calls in a sandbox.
-    BfclChecker,
-    /// The rule checklist with partial credit: format, tool names, argument names and values
-    /// ([`crate::bfcl::dense`]); 1 exactly when the rule checklist gives 1.
-    DenseChecklist,
+/// The name of the judge of self-rehearsal training in the judge registry
+/// ([`crate::registry::Registry`]); checked against it when a run opens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JudgeName(pub String);
+
+impl Default for JudgeName {
+    fn default() -> Self {
+        Self(crate::registry::RULE_CHECKLIST.into())
+    }
+}
+
+impl JudgeName {
+    /// The name as written in the config.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for JudgeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The environment tasks come from.
@@ -250,11 +263,10 @@ impl RunConfig {
         c.protocol.max_facts = 4;
         c.protocol.max_fact_chars = 200;
         c.topology = TopologySpec {
-            acting_workers: 4,
-            rehearsal_workers: 4,
+            policy_workers: 8,
             max_restarts: 10,
         };
-        c.judge = JudgeKind::DenseChecklist;
+        c.judge = JudgeName(crate::registry::DENSE_CHECKLIST.into());
         // A seed's user turn takes two Act turns (the calls, then the answer): a third leaves
         // room for a retry and stop a policy that keeps calling from filling the context.
         c.rollout.max_act_turns_per_user_turn = Some(3);
@@ -365,9 +377,6 @@ impl RunConfig {
     }
 
     fn finish(mut self) -> Self {
-        self.rollout.tool_rendering = self.protocol.tool_rendering;
-        // Evaluation configs are derived from `rollout`, so they follow the same protocol.
-        self.rollout.protocol = self.protocol.mode;
         // Inline rows of one trajectory share its stream as a token prefix: score them packed,
         // one forward/backward per trajectory (the warm-up keeps each seed's rows together).
         if self.protocol.mode == RolloutProtocol::Inline {
@@ -389,11 +398,10 @@ impl RunConfig {
                 Ok(())
             }
         };
-        positive(self.topology.acting_workers, "topology.acting_workers")?;
-        positive(
-            self.topology.rehearsal_workers,
-            "topology.rehearsal_workers",
-        )?;
+        positive(self.topology.policy_workers, "topology.policy_workers")?;
+        crate::registry::installed()
+            .check_judge(self.judge.as_str())
+            .map_err(|e| e.to_string())?;
         positive(self.train.tasks_per_step, "train.tasks_per_step")?;
         positive(self.train.k as usize, "train.k")?;
         positive(self.sft.seeds_per_step, "sft.seeds_per_step")?;
@@ -560,16 +568,15 @@ mod tests {
                 .expect("parse");
         assert_eq!(c.train.steps, 3);
         assert_eq!(c.train.k, 4);
-        assert_eq!(c.rollout.tool_rendering, ToolRendering::Compact);
+        assert_eq!(c.protocol.tool_rendering, ToolRendering::Compact);
         assert_eq!(c.train.learner.lr, 1e-6);
-        assert_eq!(c.rollout.protocol, RolloutProtocol::Reference);
+        assert_eq!(c.protocol.mode, RolloutProtocol::Reference);
     }
 
     #[test]
     fn protocol_mode_selects_the_inline_protocol() {
         let c = RunConfig::from_toml("[protocol]\nmode = \"inline\"\n").expect("parse");
         assert_eq!(c.protocol.mode, RolloutProtocol::Inline);
-        assert_eq!(c.rollout.protocol, RolloutProtocol::Inline);
         assert!(
             c.train.learner.pack_prefixes && c.sft.learner.pack_prefixes,
             "inline rows are scored prefix-packed"
@@ -584,7 +591,6 @@ mod tests {
         for p in [Preset::Smollm2, Preset::Long] {
             let c = RunConfig::preset(p);
             assert_eq!(c.protocol.mode, RolloutProtocol::Inline);
-            assert_eq!(c.rollout.protocol, RolloutProtocol::Inline);
         }
     }
 }

@@ -27,10 +27,12 @@ pub use envace_kernels as kernels;
 pub use envace_storage as storage;
 
 pub mod bfcl;
+pub mod cli;
 pub mod config;
 pub mod conformance;
 pub mod pipeline;
 pub mod plot;
+pub mod registry;
 pub mod report;
 pub mod run_folder;
 pub mod runtime;

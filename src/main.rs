@@ -1,7 +1,6 @@
 //! The `envace` command line.
-mod cli;
 
 fn main() -> std::process::ExitCode {
     envace::runtime::tune_allocator(envace::runtime::AllocatorTuning::Speed);
-    cli::run()
+    envace::cli::run()
 }

@@ -19,10 +19,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use envace::actors::env_actor::EnvFactory;
+use envace::actors::episode::Agents;
 use envace::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
 use envace::actors::learner::grpo_batch;
-use envace::actors::protocol::{act_messages, PromptKit, RolloutProtocol, ToolRendering};
-use envace::actors::topology::{Topology, TopologySpec};
+use envace::actors::protocol::{
+    act_messages, protocol_for, PromptKit, ProtocolConfig, RolloutProtocol, ToolRendering,
+};
+use envace::actors::topology::{Topology, TopologyBuilder};
 use envace::actors::worker::{Generated, Job, ModelInfo, WorkerHandle};
 use envace::actors::{
     ChecklistItem, EnvTask, Environment, EnvironmentError, EpisodeTask, Judge, JudgeTask,
@@ -197,6 +200,29 @@ struct World {
     _dir: tempdir::Dir,
 }
 
+/// The tests' protocol settings: compact tool rendering, in `mode`.
+fn protocol_config(mode: RolloutProtocol) -> ProtocolConfig {
+    ProtocolConfig {
+        mode,
+        tool_rendering: ToolRendering::Compact,
+        ..ProtocolConfig::default()
+    }
+}
+
+impl World {
+    /// Self-rehearsal agents in the inline protocol (the topology's own play the reference
+    /// one).
+    fn inline_agents(&self) -> Agents {
+        Agents {
+            protocol: protocol_for(
+                &protocol_config(RolloutProtocol::Inline),
+                self.scripted.kit.clone(),
+            ),
+            ..self.topology.rehearsal_agents()
+        }
+    }
+}
+
 mod tempdir {
     /// A temporary directory removed on drop.
     pub struct Dir(pub std::path::PathBuf);
@@ -234,20 +260,15 @@ async fn world_with_env(
     let dir = tempdir::Dir::new("protocol");
     let scripted = scripted(kit(), context_len, script);
     let store = Arc::new(Store::open(dir.0.join("db"), StoreOptions::default()).expect("store"));
-    let topology = Topology::start(
-        TopologySpec {
-            acting_workers: 2,
-            rehearsal_workers: 2,
-            max_restarts: 5,
-        },
-        scripted.worker.clone(),
-        scripted.kit.clone(),
-        judge,
-        environment,
-        store,
-    )
-    .await
-    .expect("topology");
+    let mut builder = TopologyBuilder::new(scripted.worker.clone(), scripted.kit.clone(), store)
+        .policy_workers(4)
+        .max_restarts(5)
+        .judge(judge)
+        .protocol_config(&protocol_config(RolloutProtocol::Reference));
+    if let Some(factory) = environment {
+        builder = builder.environment(factory);
+    }
+    let topology = builder.start().await.expect("topology");
     World {
         topology,
         scripted,
@@ -257,7 +278,6 @@ async fn world_with_env(
 
 fn config() -> EpisodeConfig {
     EpisodeConfig {
-        tool_rendering: ToolRendering::Compact,
         act_max_new_tokens: 128,
         rehearse_max_new_tokens: 64,
         ..EpisodeConfig::default()
@@ -660,13 +680,6 @@ fn every_row_trains_with_its_trajectory_reward_and_role_wise_advantage() {
 
 // ---- The inline protocol -------------------------------------------------------------------
 
-fn inline_config() -> EpisodeConfig {
-    EpisodeConfig {
-        protocol: RolloutProtocol::Inline,
-        ..config()
-    }
-}
-
 /// The last user message and how many tool turns follow it in an inline Act prompt.
 fn inline_act_state(prompt: &str) -> (String, usize) {
     act_state_with(prompt, "<|im_start|>tool\n")
@@ -693,12 +706,7 @@ fn inline_act_prompts_start_as_the_reference_prompt_and_extend_each_other() {
     rt().block_on(async {
         let w = world(inline_policy(), Arc::new(RuleChecklistJudge), 4096).await;
         let task = task("i");
-        let t = run_episode_supervised(
-            &w.topology.rehearsal_agents(),
-            &inline_config(),
-            &spec(task.clone(), 0),
-        )
-        .await;
+        let t = run_episode_supervised(&w.inline_agents(), &config(), &spec(task.clone(), 0)).await;
         assert_eq!(t.termination, Termination::Completed, "{:#?}", t.messages);
         assert_eq!(t.reward, 1.0);
         use Role::{Act, Rehearse};
@@ -778,9 +786,9 @@ fn inline_act_rows_never_see_the_rehearse_facts() {
         one.facts = facts("{\"secret_one\": 1}");
         let mut two = spec(task("v"), 0);
         two.facts = facts("{\"secret_two\": 2}");
-        let agents = w.topology.rehearsal_agents();
-        let a = run_episode_supervised(&agents, &inline_config(), &one).await;
-        let b = run_episode_supervised(&agents, &inline_config(), &two).await;
+        let agents = w.inline_agents();
+        let a = run_episode_supervised(&agents, &config(), &one).await;
+        let b = run_episode_supervised(&agents, &config(), &two).await;
         assert_eq!(a.termination, Termination::Completed);
         assert_eq!(a.rows.len(), b.rows.len());
         let kit = &w.scripted.kit;
@@ -830,12 +838,8 @@ fn an_inline_result_that_is_not_json_ends_the_episode() {
         });
         rt().block_on(async {
             let w = world(script, Arc::new(RuleChecklistJudge), 4096).await;
-            let t = run_episode_supervised(
-                &w.topology.rehearsal_agents(),
-                &inline_config(),
-                &spec(task("e"), 0),
-            )
-            .await;
+            let t =
+                run_episode_supervised(&w.inline_agents(), &config(), &spec(task("e"), 0)).await;
             assert_eq!(t.termination, Termination::RehearseFormatError, "{result}");
             assert_eq!(t.reward, 0.0);
             assert_eq!(
@@ -884,11 +888,13 @@ fn a_real_inline_episode_appends_the_real_results_to_the_stream() {
             Some(factory),
         )
         .await;
-        let agents = w
-            .topology
-            .real_agents(w.topology.judge.clone())
-            .expect("real agents");
-        let t = run_episode_supervised(&agents, &inline_config(), &spec(task("real"), 0)).await;
+        let agents = Agents {
+            protocol: w.inline_agents().protocol,
+            ..w.topology
+                .real_agents(w.topology.judge.clone())
+                .expect("real agents")
+        };
+        let t = run_episode_supervised(&agents, &config(), &spec(task("real"), 0)).await;
         assert_eq!(t.termination, Termination::Completed, "{:#?}", t.messages);
         assert!(t.rows.iter().all(|r| r.role == Role::Act));
         assert_eq!(t.rows.len(), 4);
@@ -912,7 +918,7 @@ fn a_real_inline_episode_appends_the_real_results_to_the_stream() {
 
 #[test]
 fn rehearse_fidelity_compares_predictions_with_real_results() {
-    use envace::actors::rehearsal::RehearseRequest;
+    use envace::actors::protocol::EpisodeContext;
     use envace::pipeline::fidelity::{predict_results, summarize, FidelityRequest};
     // The world model's answers, by the call in the Rehearse prompt: `cd` exactly right, `ls`
     // the right keys with a wrong value, `cat` not a result at all.
@@ -934,45 +940,58 @@ fn rehearse_fidelity_compares_predictions_with_real_results() {
         arguments_json: "{}".into(),
         result_json: result.into(),
     };
-    let request = |t: &EpisodeTask, name: &str| RehearseRequest {
-        task: Arc::new(t.clone()),
-        facts: Arc::new(Vec::new()),
-        history: Vec::new(),
-        act_text: call(name, json!({})),
-        call: ToolCall::new(name, Map::new()),
-        rendering: ToolRendering::Compact,
-        params: envace::kernels::SamplingParams {
-            max_new_tokens: 64,
-            ..Default::default()
-        },
-        prompt_ids: None,
+    // The prompt a rollout sends for `name` (the Act turn called it), in the reference
+    // protocol.
+    let request = |kit: &Arc<PromptKit>, t: &EpisodeTask, name: &str| {
+        let protocol = protocol_for(&protocol_config(RolloutProtocol::Reference), kit.clone());
+        let mut transcript = protocol.open(EpisodeContext {
+            task: Arc::new(t.clone()),
+            facts: Arc::new(Vec::new()),
+            memory: None,
+        });
+        transcript
+            .push_act(0, &[], &call(name, json!({})))
+            .expect("a whitelisted call");
+        transcript
+            .rehearse_prompt(&ToolCall::new(name, Map::new()))
+            .expect("prompt")
     };
     rt().block_on(async {
         let w = world(script, Arc::new(RuleChecklistJudge), 4096).await;
+        let kit = &w.scripted.kit;
         let (a, b) = (task("a"), task("b"));
         let requests = vec![
             FidelityRequest {
                 task: "a".into(),
                 class: "GorillaFileSystem".into(),
                 exchange: real("cd", r#"{"current_working_directory": "docs"}"#),
-                request: request(&a, "cd"),
+                prompt: request(kit, &a, "cd"),
             },
             FidelityRequest {
                 task: "a".into(),
                 class: "GorillaFileSystem".into(),
                 exchange: real("ls", r#"{"current_directory_content": ["a", "b"]}"#),
-                request: request(&a, "ls"),
+                prompt: request(kit, &a, "ls"),
             },
             FidelityRequest {
                 task: "b".into(),
                 class: "Other".into(),
                 exchange: real("cat", r#"{"file_content": "hi"}"#),
-                request: request(&b, "cat"),
+                prompt: request(kit, &b, "cat"),
             },
         ];
-        let (calls, tokens) = predict_results(&w.topology.rehearsal, requests)
-            .await
-            .expect("fidelity");
+        let params = envace::kernels::SamplingParams {
+            max_new_tokens: 64,
+            ..Default::default()
+        };
+        let (calls, tokens) = predict_results(
+            &w.topology.policy,
+            w.topology.protocol.as_ref(),
+            &params,
+            requests,
+        )
+        .await
+        .expect("fidelity");
         assert!(tokens > 0);
         let flags: Vec<(&str, bool, bool, bool)> = calls
             .iter()
@@ -1000,4 +1019,75 @@ fn rehearse_fidelity_compares_predictions_with_real_results() {
         assert_eq!(report.per_class["Other"].valid_json, 0);
         w.topology.stop();
     });
+}
+
+/// The warm-up's rows are made by the code rollouts use: a policy that plays a seed's turns
+/// word for word gives, in both protocols, the rows [`replay_seed`] builds from that seed —
+/// the same roles, prompt ids and completion ids, row by row.
+#[test]
+fn a_rollout_that_plays_a_seed_has_the_seed_rows_in_both_protocols() {
+    use envace::pipeline::seed_rows::replay_seed;
+    use envace::storage::SeedTrajectory;
+    const RESULT: &str = r#"{"ok": true}"#;
+    for mode in [RolloutProtocol::Reference, RolloutProtocol::Inline] {
+        let kit = kit();
+        let protocol = protocol_for(&protocol_config(mode), kit.clone());
+        let target = protocol.rehearse_target(RESULT);
+        let marker = match mode {
+            RolloutProtocol::Reference => "<tool_response>",
+            RolloutProtocol::Inline => "<|im_start|>tool\n",
+        };
+        let script: Arc<Script> = Arc::new(move |prompt: &str| {
+            if is_rehearse(prompt) {
+                return target.clone();
+            }
+            good_act(act_state_with(prompt, marker))
+        });
+        rt().block_on(async {
+            let w = world(script, Arc::new(RuleChecklistJudge), 4096).await;
+            let agents = Agents {
+                protocol: protocol.clone(),
+                ..w.topology.rehearsal_agents()
+            };
+            let t = run_episode_supervised(&agents, &config(), &spec(task("s"), 0)).await;
+            assert_eq!(t.termination, Termination::Completed, "{mode:?}");
+            assert_eq!(t.rows.len(), 7, "{mode:?}");
+            // The trajectory as a seed: its messages, and each tool message's call and result.
+            let arguments = |name: &str| match name {
+                "cd" => r#"{"folder": "docs"}"#,
+                "cat" => r#"{"file": "a"}"#,
+                _ => "{}",
+            };
+            let seed = SeedTrajectory {
+                task: TaskId::from("s"),
+                index: 0,
+                messages: t.messages.clone(),
+                tool_calls: t
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == MessageRole::Tool)
+                    .map(|m| {
+                        let name = m.tool_name.clone().expect("a tool message names its tool");
+                        ToolExchange {
+                            arguments_json: arguments(&name).into(),
+                            name,
+                            result_json: RESULT.into(),
+                        }
+                    })
+                    .collect(),
+            };
+            let rows = replay_seed(&kit, protocol.as_ref(), &task("s"), &seed, Vec::new())
+                .expect("seed rows");
+            assert_eq!(rows.len(), t.rows.len(), "{mode:?}");
+            for (i, (seed_row, row)) in rows.iter().zip(&t.rows).enumerate() {
+                assert_eq!(seed_row.role, row.role, "{mode:?} row {i}");
+                assert_eq!(seed_row.row.prompt_ids, row.prompt_ids, "{mode:?} row {i}");
+                assert_eq!(
+                    seed_row.row.completion_ids, row.completion_ids,
+                    "{mode:?} row {i}"
+                );
+            }
+            w.topology.stop();
+        });
+    }
 }

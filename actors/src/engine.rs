@@ -2,7 +2,7 @@
 //!
 //! It forwards each request to the model thread ([`WorkerHandle`]) and lets the reply travel
 //! straight back to the caller, so its mailbox never waits on tensor work; concurrent requests
-//! from all Acting and Rehearsal workers meet in the model thread's continuous batch.
+//! from all Policy workers (both roles) meet in the model thread's continuous batch.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 

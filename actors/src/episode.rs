@@ -12,12 +12,11 @@
 //! give it 0, as the reference does; the dense checklist gives partial credit) and later turns
 //! are never reached.
 //!
-//! Two protocols ([`EpisodeConfig::protocol`]): `reference` renders a fresh prompt per Act turn
-//! and per Rehearse call; `inline` keeps one [`InlineStream`] per trajectory — Act prompts are
-//! the stream plus the assistant header, Rehearse prompts branch off it with a private block
-//! (facts, call), and the stream grows by every Act turn's and every tool result's exact ids
-//! (see `protocol::inline`). The message history, transcript and judge inputs are the same in
-//! both.
+//! The driver knows no protocol: the [`Agents::protocol`] opens one
+//! [`Transcript`](crate::protocol::Transcript) per episode, which renders every prompt, reads
+//! every completion and keeps the history (and, inline, the token stream); the driver asks the
+//! Policy actor for completions, the Environment or Rehearse role for results and the Judge
+//! for verdicts, and keeps the rows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,18 +24,17 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::acting::{ActRequest, ActTurn, ActingMsg};
 use crate::env_actor::EnvMsg;
 use crate::environment::ToolCall;
 use crate::judge::{TurnCalls, Verdict};
 use crate::judge_actor::JudgeMsg;
 use crate::kernels::{pyjson, SamplingParams};
-use crate::protocol::{parse_act, InlineStream, PromptKit, RolloutProtocol, ToolRendering};
-use crate::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
+use crate::policy::{PolicyError, PolicyMsg, PolicyRequest, PolicyTurn};
+use crate::protocol::{parse_act, EpisodeContext, Protocol, ProtocolError, ToolResult, Transcript};
 use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::{
-    ExecutionMode, Message, MessageRole, RunId, Termination, Timings, ToolExchange, Trajectory,
-    TurnVerdict,
+    ExecutionMode, Message, MessageRole, Role, Row, RunId, Termination, Timings, ToolExchange,
+    Trajectory, TurnVerdict,
 };
 use crate::task::EpisodeTask;
 
@@ -44,13 +42,6 @@ use crate::task::EpisodeTask;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EpisodeConfig {
-    /// How tool schemas are shown in prompts (set from the protocol section of a config).
-    #[serde(skip)]
-    pub tool_rendering: ToolRendering,
-    /// Reference or inline prompts (set from the protocol section's `mode`). Inline needs
-    /// [`Agents::kit`].
-    #[serde(skip)]
-    pub protocol: RolloutProtocol,
     /// Most generation calls (Act turns plus Rehearse calls) per episode.
     pub max_generation_calls: usize,
     /// Most Act turns in one user turn (`None`: only `max_generation_calls` bounds them). A
@@ -77,8 +68,6 @@ pub struct EpisodeConfig {
 impl Default for EpisodeConfig {
     fn default() -> Self {
         Self {
-            tool_rendering: ToolRendering::Full,
-            protocol: RolloutProtocol::Reference,
             max_generation_calls: 200,
             max_act_turns_per_user_turn: None,
             max_user_turns: None,
@@ -109,24 +98,58 @@ impl EpisodeConfig {
 /// How tool calls are answered.
 #[derive(Clone)]
 pub enum ObservationSource {
-    /// The policy's Rehearse role predicts every result (no real environment call).
-    Rehearsal(Arc<Pool<RehearsalMsg>>),
+    /// The policy's Rehearse role predicts every result (no real environment call), on the
+    /// same Policy workers as Act.
+    Rehearsal,
     /// A real environment executes every call (counted by the Environment actor).
     Real(Slot<EnvMsg>),
 }
 
-/// The actors an episode talks to.
+/// The actors an episode talks to, and the protocol its prompts follow.
 #[derive(Clone)]
 pub struct Agents {
-    /// Acting workers (round-robin).
-    pub acting: Arc<Pool<ActingMsg>>,
+    /// Policy workers (round-robin): every Act turn and Rehearse call.
+    pub policy: Arc<Pool<PolicyMsg>>,
     /// Who answers tool calls.
     pub observations: ObservationSource,
     /// The judge scoring each user turn and the episode.
     pub judge: Slot<JudgeMsg>,
-    /// Tokenizer and chat template, for building the inline protocol's stream (required when
-    /// [`EpisodeConfig::protocol`] is inline; the reference protocol renders in the actors).
-    pub kit: Option<Arc<PromptKit>>,
+    /// Reference or inline prompts ([`crate::protocol::protocol_for`]).
+    pub protocol: Arc<dyn Protocol>,
+}
+
+/// Why an episode could not be played to its end (the driver retries it, then records it
+/// failed; see [`run_episode_supervised`]).
+#[derive(Debug, thiserror::Error)]
+pub enum EpisodeError {
+    /// An actor (environment, judge) failed or stopped under the episode.
+    #[error(transparent)]
+    Actor(#[from] ActorCallError),
+    /// A generation call failed (the Engine, the model thread, decoding).
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A prompt could not be rendered or encoded.
+    #[error("task {task}: {source}")]
+    Protocol {
+        task: String,
+        #[source]
+        source: ProtocolError,
+    },
+    /// The environment refused to reset or to execute a call.
+    #[error("task {task}: environment: {message}")]
+    Environment { task: String, message: String },
+}
+
+impl EpisodeError {
+    /// Whether a rerun can succeed: an actor that failed or stopped (the supervisor restarts
+    /// it) or a failed generation step. A prompt that does not render, a completion that does
+    /// not decode or an environment that refuses the task fail the same way again.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Actor(_) | Self::Policy(PolicyError::Engine(_) | PolicyError::Generation { .. })
+        )
+    }
 }
 
 /// One episode to run.
@@ -150,9 +173,10 @@ pub struct EpisodeSpec {
 
 static NEXT_EPISODE: AtomicU64 = AtomicU64::new(1);
 
-/// Runs `spec` and retries it when an actor fails under it; after `max_retries` reruns the
-/// trajectory is recorded with [`Termination::ActorFailed`] and the reason as a system
-/// message, reward 0 — never dropped.
+/// Runs `spec` and retries it when an actor fails under it ([`EpisodeError::is_transient`]);
+/// after `max_retries` reruns, or at once for an error a rerun repeats, the trajectory is
+/// recorded with [`Termination::ActorFailed`] and the reason as a system message, reward 0 —
+/// never dropped.
 pub async fn run_episode_supervised(
     agents: &Agents,
     cfg: &EpisodeConfig,
@@ -162,7 +186,7 @@ pub async fn run_episode_supervised(
     loop {
         match run_episode(agents, cfg, spec).await {
             Ok(t) => return t,
-            Err(e) if attempt < cfg.max_retries => {
+            Err(e) if attempt < cfg.max_retries && e.is_transient() => {
                 attempt += 1;
                 tracing::warn!(task = %spec.task.id, attempt, error = %e, "episode failed; retrying");
                 metrics::counter!("episode_retries").increment(1);
@@ -180,12 +204,12 @@ pub async fn run_episode_supervised(
 
 fn mode_of(observations: &ObservationSource) -> ExecutionMode {
     match observations {
-        ObservationSource::Rehearsal(_) => ExecutionMode::Rehearsal,
+        ObservationSource::Rehearsal => ExecutionMode::Rehearsal,
         ObservationSource::Real(_) => ExecutionMode::Real,
     }
 }
 
-fn failed_trajectory(spec: &EpisodeSpec, mode: ExecutionMode, e: &ActorCallError) -> Trajectory {
+fn failed_trajectory(spec: &EpisodeSpec, mode: ExecutionMode, e: &EpisodeError) -> Trajectory {
     Trajectory {
         run: spec.run.clone(),
         step: spec.step,
@@ -217,18 +241,22 @@ fn message(role: MessageRole, content: String, row: Option<u32>) -> Message {
 /// Runs one episode (see the module doc).
 ///
 /// # Errors
-/// [`ActorCallError`] when an actor failed or stopped under the episode (retry it), or an
-/// actor replied with an internal error (a model-thread failure).
+/// [`EpisodeError`] when an actor failed or stopped under the episode (retry it), a
+/// generation call or the environment failed, or a prompt could not be rendered.
 pub async fn run_episode(
     agents: &Agents,
     cfg: &EpisodeConfig,
     spec: &EpisodeSpec,
-) -> Result<Trajectory, ActorCallError> {
+) -> Result<Trajectory, EpisodeError> {
     let start = Instant::now();
     let task = &spec.task;
     let episode = NEXT_EPISODE.fetch_add(1, Ordering::Relaxed);
     let mut run = Run {
-        history: Vec::new(),
+        transcript: agents.protocol.open(EpisodeContext {
+            task: task.clone(),
+            facts: spec.facts.clone(),
+            memory: spec.memory.clone(),
+        }),
         rows: Vec::new(),
         timings: Timings::default(),
         calls: 0,
@@ -238,7 +266,10 @@ pub async fn run_episode(
         let env_task = task.env.clone();
         env.ask("environment", |r| EnvMsg::Open(episode, env_task, r))
             .await?
-            .map_err(|e| ActorCallError(format!("environment reset for {}: {e}", task.id)))?;
+            .map_err(|message| EpisodeError::Environment {
+                task: task.id.to_string(),
+                message: format!("reset: {message}"),
+            })?;
         run.timings.environment_s += t.elapsed().as_secs_f64();
     }
     let result = drive(agents, cfg, spec, episode, &mut run).await;
@@ -264,7 +295,7 @@ pub async fn run_episode(
         sample: spec.sample,
         mode: mode_of(&agents.observations),
         rows: run.rows,
-        messages: run.history,
+        messages: run.transcript.into_history(),
         reward: verdict.reward,
         verdicts: verdict
             .turn_scores
@@ -307,8 +338,8 @@ fn fit_turns(verdict: &mut Verdict, turns: usize) {
 /// at a user message that follows a non-user one), read back from the messages themselves so
 /// the episode driver, evaluation metrics and a stored trajectory all agree.
 ///
-/// Each assistant message is parsed with [`parse_act`] against `whitelist` (what the Acting
-/// actor did when it was generated): its calls are the turn's executed calls, no call marks
+/// Each assistant message is parsed with [`parse_act`] against `whitelist` (what the
+/// transcript did when it was generated): its calls are the turn's executed calls, no call marks
 /// the final answer, and a parse error marks the turn malformed with the complete calls before
 /// the bad block as [`TurnCalls::unexecuted_calls`]. Tool and system messages are skipped.
 pub fn transcript(history: &[Message], whitelist: &[&str]) -> Vec<TurnCalls> {
@@ -336,18 +367,26 @@ pub fn transcript(history: &[Message], whitelist: &[&str]) -> Vec<TurnCalls> {
 }
 
 struct Run {
-    history: Vec<Message>,
-    rows: Vec<crate::storage::Row>,
+    transcript: Box<dyn Transcript>,
+    rows: Vec<Row>,
     timings: Timings,
     /// Generation calls so far.
     calls: usize,
 }
 
 impl Run {
-    fn push_row(&mut self, row: crate::storage::Row) -> u32 {
+    fn push_row(&mut self, row: Row) -> u32 {
         self.rows.push(row);
         (self.rows.len() - 1) as u32
     }
+}
+
+/// What the driver does after one tool call.
+enum CallOutcome {
+    /// The call was answered.
+    Answered(ToolResult),
+    /// The episode ends here (a malformed rehearsed result, a cap).
+    Ends(Termination),
 }
 
 async fn drive(
@@ -356,7 +395,7 @@ async fn drive(
     spec: &EpisodeSpec,
     episode: u64,
     run: &mut Run,
-) -> Result<(Vec<TurnCalls>, Termination), ActorCallError> {
+) -> Result<(Vec<TurnCalls>, Termination), EpisodeError> {
     let task = &spec.task;
     let seed_of = |n: usize| {
         spec.seed
@@ -366,131 +405,80 @@ async fn drive(
     let turns = cfg
         .max_user_turns
         .map_or(task.user_turns.len(), |m| m.min(task.user_turns.len()));
-    let kit = match cfg.protocol {
-        RolloutProtocol::Reference => None,
-        RolloutProtocol::Inline => Some(agents.kit.clone().ok_or_else(|| {
-            ActorCallError(
-                "the inline protocol needs a PromptKit in Agents::kit (Topology's agents set it)"
-                    .into(),
-            )
-        })?),
+    let protocol_error = |source| EpisodeError::Protocol {
+        task: task.id.to_string(),
+        source,
     };
-    let mut stream: Option<InlineStream> = None;
     let whitelist = task.tool_names();
-    let done = |run: &Run, termination| Ok((transcript(&run.history, &whitelist), termination));
+    let done = |run: &Run, termination| {
+        (
+            transcript(run.transcript.history(), &whitelist),
+            termination,
+        )
+    };
     for (t, user_messages) in task.user_turns.iter().enumerate().take(turns) {
         if let ObservationSource::Real(env) = &agents.observations {
             let _ = env.get().cast(EnvMsg::BeginTurn(episode, t));
         }
-        for m in user_messages {
-            run.history
-                .push(message(MessageRole::User, m.clone(), None));
-        }
-        if let Some(kit) = &kit {
-            let inline = |e: crate::protocol::ProtocolError| {
-                ActorCallError(format!("building the inline stream of {}: {e}", task.id))
-            };
-            match &mut stream {
-                None => {
-                    stream = Some(
-                        InlineStream::new(
-                            kit,
-                            &task.tools,
-                            cfg.tool_rendering,
-                            spec.memory.as_deref(),
-                            user_messages,
-                        )
-                        .map_err(inline)?,
-                    );
-                }
-                Some(s) => s.push_user(kit, user_messages).map_err(inline)?,
-            }
-        }
+        run.transcript
+            .push_user(user_messages)
+            .map_err(protocol_error)?;
         let mut act_turns = 0;
         loop {
             let turn_cap = cfg
                 .max_act_turns_per_user_turn
                 .is_some_and(|cap| act_turns >= cap);
             if run.calls >= cfg.max_generation_calls || turn_cap {
-                return done(run, Termination::MaxGenerationCalls);
+                return Ok(done(run, Termination::MaxGenerationCalls));
             }
             act_turns += 1;
             let clock = Instant::now();
-            let request = ActRequest {
-                task: task.clone(),
-                history: run.history.clone(),
-                memory: spec.memory.clone(),
-                rendering: cfg.tool_rendering,
+            let request = PolicyRequest {
+                role: Role::Act,
+                prompt: run.transcript.act_prompt().map_err(protocol_error)?,
                 params: cfg.params(cfg.act_max_new_tokens, seed_of(run.calls)),
-                prompt_ids: stream.as_ref().map(InlineStream::act_prompt),
             };
-            let act = agents
-                .acting
-                .pick()
-                .ask("acting", |r| ActingMsg::Act(request, r))
-                .await?
-                .map_err(ActorCallError)?;
+            let act = generate(agents, request).await?;
             run.timings.act_s += clock.elapsed().as_secs_f64();
             run.calls += 1;
-            let (row, text, parsed) = match act {
-                ActTurn::LengthExceeded { .. } => {
-                    return done(run, Termination::LengthExceeded);
+            let (row, text) = match act {
+                PolicyTurn::LengthExceeded { .. } => {
+                    return Ok(done(run, Termination::LengthExceeded));
                 }
-                ActTurn::Generated { row, text, parsed } => (row, text, parsed),
+                PolicyTurn::Generated { row, text } => (row, text),
             };
-            let before = run.history.clone();
-            if let Some(s) = &mut stream {
-                s.push_act(&row.completion_ids);
-            }
+            let completion = row.completion_ids.clone();
             let r = run.push_row(row);
-            run.history
-                .push(message(MessageRole::Assistant, text.clone(), Some(r)));
-            let output = match parsed {
+            let output = match run.transcript.push_act(r, &completion, &text) {
                 Ok(o) => o,
                 Err(e) => {
-                    run.history
-                        .push(message(MessageRole::Tool, e.to_tool_message(), None));
-                    return done(run, Termination::ActParseError);
+                    run.transcript.push_message(message(
+                        MessageRole::Tool,
+                        e.to_tool_message(),
+                        None,
+                    ));
+                    return Ok(done(run, Termination::ActParseError));
                 }
             };
             if output.is_final_answer() {
                 break;
             }
-            // Every call of the turn sees the same history; results are appended afterwards.
+            // Every call of the turn sees the same conversation; results are appended
+            // afterwards.
             let mut results = Vec::with_capacity(output.calls.len());
             for call in &output.calls {
-                let inline = match (&kit, &stream) {
-                    (Some(kit), Some(stream)) => Some((kit.as_ref(), stream)),
-                    _ => None,
-                };
-                match execute(
-                    agents, cfg, spec, episode, run, &before, &text, call, inline, &seed_of,
-                )
-                .await?
-                {
-                    Ok(result) => results.push((call.name.clone(), result)),
-                    Err(termination) => return done(run, termination),
+                match execute(agents, cfg, spec, episode, run, call, &seed_of).await? {
+                    CallOutcome::Answered(result) => results.push(result),
+                    CallOutcome::Ends(termination) => return Ok(done(run, termination)),
                 }
             }
-            for (name, result) in results {
-                if let (Some(kit), Some(s)) = (&kit, &mut stream) {
-                    // A rehearsed result joins the stream as the exact sampled ids; a real one
-                    // (evaluation) as encoded text in the same tool frame.
-                    match result.1 {
-                        Some(r) => s.push_tool_result_ids(&run.rows[r as usize].completion_ids),
-                        None => s.push_tool_result_text(kit, &result.0).map_err(|e| {
-                            ActorCallError(format!("encoding a tool result of {}: {e}", task.id))
-                        })?,
-                    }
-                }
-                let mut m = message(MessageRole::Tool, result.0, result.1);
-                m.tool_name = Some(name);
-                run.history.push(m);
-            }
+            run.transcript
+                .push_results(results)
+                .map_err(protocol_error)?;
         }
         let clock = Instant::now();
         let judge_task = Arc::new(task.judge.clone());
-        let so_far = transcript(&run.history, &whitelist);
+        let so_far = transcript(run.transcript.history(), &whitelist);
         let verdict = agents
             .judge
             .ask("judge", |r| JudgeMsg::Judge(judge_task, so_far, r))
@@ -501,97 +489,93 @@ async fn drive(
             .get(t)
             .is_some_and(|s| s.passed_required);
         if !passed {
-            return done(run, Termination::RequiredCheckFailed);
+            return Ok(done(run, Termination::RequiredCheckFailed));
         }
     }
-    done(run, Termination::Completed)
+    Ok(done(run, Termination::Completed))
 }
 
-/// Executes one call: `Ok(Ok((result text, rehearse row index)))`, or `Ok(Err(termination))`
-/// when the simulator's output is malformed or the caps are hit. `inline` is the kit and the
-/// trajectory's stream in the inline protocol (the Rehearse prompt branches off the stream).
-#[allow(clippy::too_many_arguments)]
+/// One generation call on the next Policy worker.
+async fn generate(agents: &Agents, request: PolicyRequest) -> Result<PolicyTurn, EpisodeError> {
+    Ok(agents
+        .policy
+        .pick()
+        .ask("policy", |r| PolicyMsg::Generate(request, r))
+        .await??)
+}
+
+/// Executes one call of the last Act turn: really (the environment's observation) or by the
+/// Rehearse role (a prompt from the transcript, read by the protocol).
 async fn execute(
     agents: &Agents,
     cfg: &EpisodeConfig,
     spec: &EpisodeSpec,
     episode: u64,
     run: &mut Run,
-    history: &[Message],
-    act_text: &str,
     call: &ToolCall,
-    inline: Option<(&PromptKit, &InlineStream)>,
     seed_of: &impl Fn(usize) -> u64,
-) -> Result<Result<(String, Option<u32>), Termination>, ActorCallError> {
+) -> Result<CallOutcome, EpisodeError> {
     let clock = Instant::now();
     match &agents.observations {
         ObservationSource::Real(env) => {
-            let call = call.clone();
+            let exec = call.clone();
             let obs = env
-                .ask("environment", |r| EnvMsg::Execute(episode, call, r))
+                .ask("environment", |r| EnvMsg::Execute(episode, exec, r))
                 .await?
-                .map_err(ActorCallError)?;
+                .map_err(|message| EpisodeError::Environment {
+                    task: spec.task.id.to_string(),
+                    message,
+                })?;
             run.timings.environment_s += clock.elapsed().as_secs_f64();
-            Ok(Ok((obs.text, None)))
+            Ok(CallOutcome::Answered(ToolResult {
+                name: call.name.clone(),
+                text: obs.text,
+                rehearsed: None,
+            }))
         }
-        ObservationSource::Rehearsal(pool) => {
+        ObservationSource::Rehearsal => {
             if run.calls >= cfg.max_generation_calls {
-                return Ok(Err(Termination::MaxGenerationCalls));
+                return Ok(CallOutcome::Ends(Termination::MaxGenerationCalls));
             }
-            let prompt_ids = match inline {
-                Some((kit, stream)) => Some(
-                    stream
-                        .rehearse_prompt(
-                            kit,
-                            &spec.task.tools,
-                            cfg.tool_rendering,
-                            &spec.facts,
-                            call,
-                        )
-                        .map_err(|e| {
-                            ActorCallError(format!(
-                                "building the inline Rehearse prompt of {}: {e}",
-                                spec.task.id
-                            ))
-                        })?,
-                ),
-                None => None,
-            };
-            let request = RehearseRequest {
-                task: spec.task.clone(),
-                facts: spec.facts.clone(),
-                history: history.to_vec(),
-                act_text: act_text.to_string(),
-                call: call.clone(),
-                rendering: cfg.tool_rendering,
+            let prompt =
+                run.transcript
+                    .rehearse_prompt(call)
+                    .map_err(|source| EpisodeError::Protocol {
+                        task: spec.task.id.to_string(),
+                        source,
+                    })?;
+            let request = PolicyRequest {
+                role: Role::Rehearse,
+                prompt,
                 params: cfg.params(cfg.rehearse_max_new_tokens, seed_of(run.calls)),
-                prompt_ids,
             };
-            let turn = pool
-                .pick()
-                .ask("rehearsal", |r| RehearsalMsg::Rehearse(request, r))
-                .await?
-                .map_err(ActorCallError)?;
+            let turn = generate(agents, request).await?;
             run.timings.rehearse_s += clock.elapsed().as_secs_f64();
             run.calls += 1;
-            match turn {
-                RehearseTurn::LengthExceeded { .. } => Ok(Err(Termination::LengthExceeded)),
-                RehearseTurn::Generated { row, text, parsed } => {
-                    let r = run.push_row(row);
-                    match parsed {
-                        Ok(value) => Ok(Ok((pyjson::compact(&value), Some(r)))),
-                        Err(e) => {
-                            let mut m = message(
-                                MessageRole::Tool,
-                                format!("simulator error {}: {}", e.code.as_str(), e.message),
-                                Some(r),
-                            );
-                            m.tool_name = Some(call.name.clone());
-                            run.history.push(m);
-                            tracing::debug!(raw = %text, "rehearse format error");
-                            Ok(Err(Termination::RehearseFormatError))
-                        }
-                    }
+            let (row, text) = match turn {
+                PolicyTurn::LengthExceeded { .. } => {
+                    return Ok(CallOutcome::Ends(Termination::LengthExceeded))
+                }
+                PolicyTurn::Generated { row, text } => (row, text),
+            };
+            let completion = row.completion_ids.clone();
+            let r = run.push_row(row);
+            match agents.protocol.parse_rehearse(&text) {
+                Ok(value) => Ok(CallOutcome::Answered(ToolResult {
+                    name: call.name.clone(),
+                    text: pyjson::compact(&value),
+                    rehearsed: Some((r, completion)),
+                })),
+                Err(e) => {
+                    let mut m = message(
+                        MessageRole::Tool,
+                        format!("simulator error {}: {}", e.code.as_str(), e.message),
+                        Some(r),
+                    );
+                    m.tool_name = Some(call.name.clone());
+                    run.transcript.push_message(m);
+                    tracing::debug!(raw = %text, "rehearse format error");
+                    Ok(CallOutcome::Ends(Termination::RehearseFormatError))
                 }
             }
         }

@@ -10,29 +10,33 @@ use crate::storage::{
     TaskId, Trajectory, WriteSet,
 };
 
-/// Messages of the Memory actor. Replies carry storage errors as text.
+/// What a Memory request returns: the store's own error ([`crate::storage::Error`]: a locked,
+/// corrupt or full database, a record that does not decode), for callers to match on.
+pub type StoreResult<T> = Result<T, crate::storage::Error>;
+
+/// Messages of the Memory actor.
 pub enum MemoryMsg {
-    PutTasks(Vec<Task>, RpcReplyPort<Result<(), String>>),
-    PutSeeds(Vec<SeedTrajectory>, RpcReplyPort<Result<(), String>>),
+    PutTasks(Vec<Task>, RpcReplyPort<StoreResult<()>>),
+    PutSeeds(Vec<SeedTrajectory>, RpcReplyPort<StoreResult<()>>),
     /// Every stored seed.
-    Seeds(RpcReplyPort<Result<Vec<SeedTrajectory>, String>>),
+    Seeds(RpcReplyPort<StoreResult<Vec<SeedTrajectory>>>),
     /// A step's trajectories, its checkpoint record and the run state, in one atomic write.
     CommitStep {
         trajectories: Vec<Trajectory>,
         checkpoint: Option<Checkpoint>,
         state: RunState,
-        reply: RpcReplyPort<Result<(), String>>,
+        reply: RpcReplyPort<StoreResult<()>>,
     },
-    PutTrajectories(Vec<Trajectory>, RpcReplyPort<Result<(), String>>),
-    RunState(RunId, RpcReplyPort<Result<Option<RunState>, String>>),
+    PutTrajectories(Vec<Trajectory>, RpcReplyPort<StoreResult<()>>),
+    RunState(RunId, RpcReplyPort<StoreResult<Option<RunState>>>),
     /// A run's checkpoints, oldest first.
-    Checkpoints(RunId, RpcReplyPort<Result<Vec<Checkpoint>, String>>),
-    PutMemory(Box<RehearsalMemory>, RpcReplyPort<Result<(), String>>),
+    Checkpoints(RunId, RpcReplyPort<StoreResult<Vec<Checkpoint>>>),
+    PutMemory(Box<RehearsalMemory>, RpcReplyPort<StoreResult<()>>),
     /// The stored rehearsal memory of (run, step 0, task, sample 0), if any.
     GetMemory(
         RunId,
         TaskId,
-        RpcReplyPort<Result<Option<RehearsalMemory>, String>>,
+        RpcReplyPort<StoreResult<Option<RehearsalMemory>>>,
     ),
 }
 
@@ -59,20 +63,18 @@ impl Actor for MemoryActor {
         msg: Self::Msg,
         store: &mut Arc<Store>,
     ) -> Result<(), ActorProcessingErr> {
-        let text = |e: crate::storage::Error| e.to_string();
         match msg {
             MemoryMsg::PutTasks(tasks, reply) => {
-                let _ = reply.send(store.put_many(&tasks).map(drop).map_err(text));
+                let _ = reply.send(store.put_many(&tasks).map(drop));
             }
             MemoryMsg::PutSeeds(seeds, reply) => {
-                let _ = reply.send(store.put_many(&seeds).map(drop).map_err(text));
+                let _ = reply.send(store.put_many(&seeds).map(drop));
             }
             MemoryMsg::Seeds(reply) => {
                 let out = store
                     .scan::<SeedTrajectory>(&Prefix::all())
                     .map(|r| r.map(|(_, v)| v))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(text);
+                    .collect::<Result<Vec<_>, _>>();
                 let _ = reply.send(out);
             }
             MemoryMsg::CommitStep {
@@ -92,24 +94,23 @@ impl Actor for MemoryActor {
                     w.put(&state)?;
                     store.commit(w)
                 })();
-                let _ = reply.send(out.map_err(text));
+                let _ = reply.send(out);
             }
             MemoryMsg::PutTrajectories(ts, reply) => {
-                let _ = reply.send(store.put_many(&ts).map(drop).map_err(text));
+                let _ = reply.send(store.put_many(&ts).map(drop));
             }
             MemoryMsg::RunState(run, reply) => {
-                let _ = reply.send(store.get::<RunState>(&run).map_err(text));
+                let _ = reply.send(store.get::<RunState>(&run));
             }
             MemoryMsg::Checkpoints(run, reply) => {
                 let out = store
                     .scan::<Checkpoint>(&crate::storage::CheckpointKey::run_prefix(&run))
                     .map(|r| r.map(|(_, v)| v))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(text);
+                    .collect::<Result<Vec<_>, _>>();
                 let _ = reply.send(out);
             }
             MemoryMsg::PutMemory(m, reply) => {
-                let _ = reply.send(store.put(&*m).map(drop).map_err(text));
+                let _ = reply.send(store.put(&*m).map(drop));
             }
             MemoryMsg::GetMemory(run, task, reply) => {
                 let key = SampleKey {
@@ -118,7 +119,7 @@ impl Actor for MemoryActor {
                     task,
                     sample: 0,
                 };
-                let _ = reply.send(store.get::<RehearsalMemory>(&key).map_err(text));
+                let _ = reply.send(store.get::<RehearsalMemory>(&key));
             }
         }
         Ok(())

@@ -46,36 +46,50 @@ impl<M: ractor::Message> Slot<M> {
         }
     }
 
-    /// Sends `make(reply)` to the current actor and awaits the reply.
+    /// Sends `make(reply)` to the current actor and awaits the reply; `what` names the actor
+    /// in errors (`"judge"`).
     ///
     /// # Errors
-    /// `Err(text)` when the actor is not running, or stopped or failed before replying (the
-    /// reply port was dropped): the caller decides whether to retry.
+    /// [`ActorCallError`] when the actor is not running, or stopped or failed before replying
+    /// (the reply port was dropped): the caller decides whether to retry.
     pub async fn ask<T: Send + 'static>(
         &self,
         what: &str,
         make: impl FnOnce(RpcReplyPort<T>) -> M,
     ) -> Result<T, ActorCallError> {
         let actor = self.get();
+        let (what, id) = (what.to_string(), actor.get_id().to_string());
         match actor.call(make, None).await {
             Ok(CallResult::Success(v)) => Ok(v),
-            Ok(CallResult::Timeout) => Err(ActorCallError(format!("{what}: timed out"))),
-            Ok(CallResult::SenderError) => Err(ActorCallError(format!(
-                "{what}: actor {} stopped before replying",
-                actor.get_id()
-            ))),
-            Err(e) => Err(ActorCallError(format!(
-                "{what}: actor {} is not reachable: {e}",
-                actor.get_id()
-            ))),
+            Ok(CallResult::Timeout) => Err(ActorCallError::Timeout { what }),
+            Ok(CallResult::SenderError) => Err(ActorCallError::Stopped { what, id }),
+            Err(e) => Err(ActorCallError::Unreachable {
+                what,
+                id,
+                reason: e.to_string(),
+            }),
         }
     }
 }
 
 /// A request could not be delivered or was never answered (the actor failed or stopped).
+/// `what` names the actor's role (`"judge"`), `id` the ractor id of the instance asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ActorCallError(pub String);
+pub enum ActorCallError {
+    /// No reply within the call's timeout.
+    #[error("{what}: timed out")]
+    Timeout { what: String },
+    /// The actor stopped or failed before replying (its reply port was dropped).
+    #[error("{what}: actor {id} stopped before replying")]
+    Stopped { what: String, id: String },
+    /// The request could not be delivered (the actor is not running).
+    #[error("{what}: actor {id} is not reachable: {reason}")]
+    Unreachable {
+        what: String,
+        id: String,
+        reason: String,
+    },
+}
 
 /// Round-robin over a pool of equivalent worker slots.
 pub struct Pool<M: ractor::Message> {

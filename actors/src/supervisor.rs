@@ -59,16 +59,19 @@ impl<A: Actor + Clone> Respawn for Child<A> {
 /// Starts `actor` under `supervisor` and returns the slot serving it.
 ///
 /// # Errors
-/// The spawn error as text (e.g. `pre_start` failed).
+/// [`StartError`] naming the actor (e.g. its `pre_start` failed, or the supervisor is gone).
 pub async fn start_child<A: Actor + Clone>(
     supervisor: &ActorRef<SupervisorMsg>,
     name: &str,
     actor: A,
     args: Arc<dyn Fn() -> A::Arguments + Send + Sync>,
-) -> Result<Slot<A::Msg>, String> {
+) -> Result<Slot<A::Msg>, StartError> {
     let (r, _) = Actor::spawn_linked(None, actor.clone(), args(), supervisor.get_cell())
         .await
-        .map_err(|e| format!("starting {name}: {e}"))?;
+        .map_err(|e| StartError::Spawn {
+            actor: name.to_string(),
+            reason: e.to_string(),
+        })?;
     let id = r.get_id();
     let slot = Slot::new(r);
     let child = Child {
@@ -83,8 +86,22 @@ pub async fn start_child<A: Actor + Clone>(
         Box::new(child),
         reply
     ))
-    .map_err(|e| format!("registering {name} with the supervisor: {e}"))?;
+    .map_err(|e| StartError::Register {
+        actor: name.to_string(),
+        reason: e.to_string(),
+    })?;
     Ok(slot)
+}
+
+/// An actor could not be started under the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Spawning failed (its `pre_start` returned an error).
+    #[error("starting {actor}: {reason}")]
+    Spawn { actor: String, reason: String },
+    /// The supervisor did not take it (the supervisor is gone).
+    #[error("registering {actor} with the supervisor: {reason}")]
+    Register { actor: String, reason: String },
 }
 
 /// Messages of the supervisor.

@@ -8,85 +8,162 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef};
 
-use crate::acting::{ActingActor, ActingArgs, ActingMsg};
 use crate::engine::{EngineActor, EngineMsg};
 use crate::env_actor::{EnvArgs, EnvFactory, EnvMsg, EnvironmentActor};
 use crate::episode::{Agents, ObservationSource};
-use crate::judge::Judge;
+use crate::judge::{Judge, PassThroughJudge};
 use crate::judge_actor::{JudgeActor, JudgeMsg};
 use crate::learner::{LearnerActor, LearnerArgs, LearnerMsg};
 use crate::memory::{MemoryActor, MemoryMsg};
-use crate::protocol::PromptKit;
-use crate::rehearsal::{RehearsalActor, RehearsalArgs, RehearsalMsg};
+use crate::policy::{PolicyActor, PolicyArgs, PolicyMsg};
+use crate::protocol::{protocol_for, PromptKit, Protocol, ProtocolConfig};
 use crate::slot::{Pool, Slot};
 use crate::storage::Store;
-use crate::supervisor::{start_child, Supervisor, SupervisorArgs, SupervisorMsg};
+use crate::supervisor::{start_child, StartError, Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::worker::WorkerHandle;
 
-/// How many workers of each kind to start.
+/// How many workers of each kind to start (`[topology]` in a run config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TopologySpec {
-    /// Acting workers (concurrent Act prompts being rendered and parsed).
-    pub acting_workers: usize,
-    /// Rehearsal workers.
-    pub rehearsal_workers: usize,
-    /// Restarts allowed per actor before it stays down.
+    /// Policy workers: concurrent generation calls (Act turns and Rehearse calls) in flight
+    /// towards the Engine, which batches them. Default 4.
+    pub policy_workers: usize,
+    /// Restarts allowed per actor before it stays down. Default 10.
     pub max_restarts: u32,
 }
 
 impl Default for TopologySpec {
     fn default() -> Self {
         Self {
-            acting_workers: 2,
-            rehearsal_workers: 2,
+            policy_workers: 4,
             max_restarts: 10,
         }
     }
 }
 
-/// The running actors of one run.
-pub struct Topology {
-    /// Restarts failed actors.
-    pub supervisor: ActorRef<SupervisorMsg>,
-    /// The model thread (the one shared model handle).
-    pub worker: WorkerHandle,
-    /// Tokenizer and chat template.
-    pub kit: Arc<PromptKit>,
-    /// Generation and scoring requests.
-    pub engine: Slot<EngineMsg>,
-    /// Act turns.
-    pub acting: Arc<Pool<ActingMsg>>,
-    /// Rehearse calls.
-    pub rehearsal: Arc<Pool<RehearsalMsg>>,
-    /// The real environment, when the topology has one.
-    pub environment: Option<Slot<EnvMsg>>,
-    /// The judge of self-rehearsal episodes.
-    pub judge: Slot<JudgeMsg>,
-    /// Role-wise GRPO and warm-up steps.
-    pub learner: Slot<LearnerMsg>,
-    /// The sled store.
-    pub memory: Slot<MemoryMsg>,
-    env_calls: Arc<AtomicU64>,
+/// Why a topology could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    /// A spec value is out of range (the message names it).
+    #[error("topology: {0}")]
+    Invalid(String),
+    /// An actor failed to start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// Real-environment agents were asked of a topology started without an environment.
+    #[error("this topology has no environment actor")]
+    NoEnvironment,
 }
 
-impl Topology {
-    /// Starts the supervisor, then the Engine, Acting, Rehearsal, Judge (hosting `judge`),
-    /// Learner, Memory (over `store`) and, when `environment` is given, Environment actors.
+/// Builds and starts a [`Topology`]: the model thread, tokenizer and store are required; the
+/// rest has defaults (4 Policy workers, the pass-through judge, no environment, the reference
+/// protocol with full tool rendering).
+///
+/// ```no_run
+/// # async fn f(worker: envace_actors::worker::WorkerHandle,
+/// #            kit: std::sync::Arc<envace_actors::protocol::PromptKit>,
+/// #            store: std::sync::Arc<envace_actors::storage::Store>,
+/// #            judge: std::sync::Arc<dyn envace_actors::Judge>)
+/// #            -> Result<(), envace_actors::topology::TopologyError> {
+/// use envace_actors::topology::TopologyBuilder;
+/// let topology = TopologyBuilder::new(worker, kit, store)
+///     .policy_workers(2)
+///     .judge(judge)
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct TopologyBuilder {
+    spec: TopologySpec,
+    worker: WorkerHandle,
+    kit: Arc<PromptKit>,
+    store: Arc<Store>,
+    judge: Arc<dyn Judge>,
+    environment: Option<EnvFactory>,
+    protocol: Option<Arc<dyn Protocol>>,
+}
+
+impl TopologyBuilder {
+    /// A builder around the model thread `worker`, its tokenizer and template `kit`, and the
+    /// sled `store` the Memory actor serves.
+    pub fn new(worker: WorkerHandle, kit: Arc<PromptKit>, store: Arc<Store>) -> Self {
+        Self {
+            spec: TopologySpec::default(),
+            worker,
+            kit,
+            store,
+            judge: Arc::new(PassThroughJudge),
+            environment: None,
+            protocol: None,
+        }
+    }
+
+    /// Worker counts and restart budget from a config's `[topology]`.
+    pub fn spec(mut self, spec: TopologySpec) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    /// Policy workers (at least 1).
+    pub fn policy_workers(mut self, n: usize) -> Self {
+        self.spec.policy_workers = n;
+        self
+    }
+
+    /// Restarts allowed per actor.
+    pub fn max_restarts(mut self, n: u32) -> Self {
+        self.spec.max_restarts = n;
+        self
+    }
+
+    /// The judge of self-rehearsal episodes (hosted by the Judge actor).
+    pub fn judge(mut self, judge: Arc<dyn Judge>) -> Self {
+        self.judge = judge;
+        self
+    }
+
+    /// A real environment (an Environment actor making one instance per episode).
+    pub fn environment(mut self, factory: EnvFactory) -> Self {
+        self.environment = Some(factory);
+        self
+    }
+
+    /// The protocol every episode's prompts follow.
+    pub fn protocol(mut self, protocol: Arc<dyn Protocol>) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+
+    /// The protocol a config's `[protocol]` section selects, over this builder's kit.
+    pub fn protocol_config(self, cfg: &ProtocolConfig) -> Self {
+        let protocol = protocol_for(cfg, self.kit.clone());
+        self.protocol(protocol)
+    }
+
+    /// Starts the supervisor, then the Engine, Policy, Judge, Learner, Memory and (when
+    /// given) Environment actors under it.
     ///
     /// # Errors
-    /// A message naming the actor that failed to start.
-    pub async fn start(
-        spec: TopologySpec,
-        worker: WorkerHandle,
-        kit: Arc<PromptKit>,
-        judge: Arc<dyn Judge>,
-        environment: Option<EnvFactory>,
-        store: Arc<Store>,
-    ) -> Result<Self, String> {
-        if spec.acting_workers == 0 || spec.rehearsal_workers == 0 {
-            return Err("topology: acting_workers and rehearsal_workers must be at least 1".into());
+    /// [`TopologyError::Invalid`] for zero Policy workers; [`TopologyError::Start`] naming the
+    /// actor that failed to start.
+    pub async fn start(self) -> Result<Topology, TopologyError> {
+        let Self {
+            spec,
+            worker,
+            kit,
+            store,
+            judge,
+            environment,
+            protocol,
+        } = self;
+        if spec.policy_workers == 0 {
+            return Err(TopologyError::Invalid(
+                "policy_workers must be at least 1".into(),
+            ));
         }
+        let protocol =
+            protocol.unwrap_or_else(|| protocol_for(&ProtocolConfig::default(), kit.clone()));
         let (supervisor, _) = Actor::spawn(
             None,
             Supervisor,
@@ -95,7 +172,10 @@ impl Topology {
             },
         )
         .await
-        .map_err(|e| format!("starting the supervisor: {e}"))?;
+        .map_err(|e| StartError::Spawn {
+            actor: "supervisor".into(),
+            reason: e.to_string(),
+        })?;
         let w = worker.clone();
         let engine = start_child(
             &supervisor,
@@ -105,37 +185,19 @@ impl Topology {
         )
         .await?;
         let info = worker.info();
-        let mut acting = Vec::new();
-        for i in 0..spec.acting_workers {
-            let args = ActingArgs {
+        let mut policy = Vec::new();
+        for i in 0..spec.policy_workers {
+            let args = PolicyArgs {
                 engine: engine.clone(),
                 kit: kit.clone(),
                 info,
             };
-            let name = format!("acting-{i}");
-            acting.push(
+            let name = format!("policy-{i}");
+            policy.push(
                 start_child(
                     &supervisor,
                     &name,
-                    ActingActor,
-                    Arc::new(move || args.clone()),
-                )
-                .await?,
-            );
-        }
-        let mut rehearsal = Vec::new();
-        for i in 0..spec.rehearsal_workers {
-            let args = RehearsalArgs {
-                engine: engine.clone(),
-                kit: kit.clone(),
-                info,
-            };
-            let name = format!("rehearsal-{i}");
-            rehearsal.push(
-                start_child(
-                    &supervisor,
-                    &name,
-                    RehearsalActor,
+                    PolicyActor,
                     Arc::new(move || args.clone()),
                 )
                 .await?,
@@ -182,13 +244,13 @@ impl Topology {
             }
             None => None,
         };
-        Ok(Self {
+        Ok(Topology {
             supervisor,
             worker,
             kit,
             engine,
-            acting: Arc::new(Pool::new(acting)),
-            rehearsal: Arc::new(Pool::new(rehearsal)),
+            policy: Arc::new(Pool::new(policy)),
+            protocol,
             environment,
             judge,
             learner,
@@ -196,17 +258,44 @@ impl Topology {
             env_calls,
         })
     }
+}
 
+/// The running actors of one run.
+pub struct Topology {
+    /// Restarts failed actors.
+    pub supervisor: ActorRef<SupervisorMsg>,
+    /// The model thread (the one shared model handle).
+    pub worker: WorkerHandle,
+    /// Tokenizer and chat template.
+    pub kit: Arc<PromptKit>,
+    /// Generation and scoring requests.
+    pub engine: Slot<EngineMsg>,
+    /// Generation calls of both roles (round-robin).
+    pub policy: Arc<Pool<PolicyMsg>>,
+    /// The protocol episodes follow.
+    pub protocol: Arc<dyn Protocol>,
+    /// The real environment, when the topology has one.
+    pub environment: Option<Slot<EnvMsg>>,
+    /// The judge of self-rehearsal episodes.
+    pub judge: Slot<JudgeMsg>,
+    /// Role-wise GRPO and warm-up steps.
+    pub learner: Slot<LearnerMsg>,
+    /// The sled store.
+    pub memory: Slot<MemoryMsg>,
+    env_calls: Arc<AtomicU64>,
+}
+
+impl Topology {
     /// Starts one more Judge actor hosting `judge` (e.g. the real-environment checker for
     /// evaluation) under the same supervisor.
     ///
     /// # Errors
-    /// A message when it cannot start.
+    /// [`StartError`] when it cannot start.
     pub async fn start_judge(
         &self,
         name: &str,
         judge: Arc<dyn Judge>,
-    ) -> Result<Slot<JudgeMsg>, String> {
+    ) -> Result<Slot<JudgeMsg>, StartError> {
         start_child(
             &self.supervisor,
             name,
@@ -219,27 +308,27 @@ impl Topology {
     /// The agents of a self-rehearsal episode (no environment).
     pub fn rehearsal_agents(&self) -> Agents {
         Agents {
-            acting: self.acting.clone(),
-            observations: ObservationSource::Rehearsal(self.rehearsal.clone()),
+            policy: self.policy.clone(),
+            observations: ObservationSource::Rehearsal,
             judge: self.judge.clone(),
-            kit: Some(self.kit.clone()),
+            protocol: self.protocol.clone(),
         }
     }
 
     /// The agents of a real-environment episode judged by `judge`.
     ///
     /// # Errors
-    /// When the topology was started without an environment.
-    pub fn real_agents(&self, judge: Slot<JudgeMsg>) -> Result<Agents, String> {
+    /// [`TopologyError::NoEnvironment`] when the topology was started without one.
+    pub fn real_agents(&self, judge: Slot<JudgeMsg>) -> Result<Agents, TopologyError> {
         let env = self
             .environment
             .clone()
-            .ok_or("this topology has no environment actor")?;
+            .ok_or(TopologyError::NoEnvironment)?;
         Ok(Agents {
-            acting: self.acting.clone(),
+            policy: self.policy.clone(),
             observations: ObservationSource::Real(env),
             judge,
-            kit: Some(self.kit.clone()),
+            protocol: self.protocol.clone(),
         })
     }
 

@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
-use envace::kernels::flops::{gemm_peak, TokenFlops};
-use envace::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
-use envace::kernels::{
+use crate::kernels::flops::{gemm_peak, TokenFlops};
+use crate::kernels::loader::{embedded_gguf_path, EMBEDDED_MODEL};
+use crate::kernels::{
     load, packed_len, score, score_packed, Engine, EngineConfig, GenerationRequest, Model,
     ModelSource, SamplingParams, ScoreRow,
 };
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
 use serde::{Deserialize, Serialize};
 use tch::Kind;
 
@@ -103,7 +103,7 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
             5 * PACK_BRANCH
         );
     }
-    let (device, dtype) = envace::runtime::resolve(args.model.device, args.model.dtype)?;
+    let (device, dtype) = crate::runtime::resolve(args.model.device, args.model.dtype)?;
     let loaded = load(&ModelSource::parse(&args.model.model), device, dtype)?;
     let model = &loaded.model;
     let progress = |what: &str| {
@@ -162,7 +162,7 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
     let train_ratio = ratio(&|m| Some(m.train_tok_s));
     let report = serde_json::json!({
         "model": args.model.model,
-        "device": envace::runtime::device_name(device),
+        "device": crate::runtime::device_name(device),
         "dtype": format!("{dtype:?}"),
         "threads": tch::get_num_threads(),
         "prompt_len": args.prompt_len,
@@ -192,7 +192,7 @@ fn generate(args: GenerateBenchArgs) -> Result<()> {
     println!(
         "\nmodel {} on {} ({dtype:?}, {} threads), prompt {} tokens, {} new tokens, greedy",
         args.model.model,
-        envace::runtime::device_name(device),
+        crate::runtime::device_name(device),
         tch::get_num_threads(),
         args.prompt_len,
         args.new_tokens
@@ -346,7 +346,7 @@ struct Utilisation {
 }
 
 impl Utilisation {
-    fn new(config: &envace::kernels::ModelConfig, peak: f64, args: &GenerateBenchArgs) -> Self {
+    fn new(config: &crate::kernels::ModelConfig, peak: f64, args: &GenerateBenchArgs) -> Self {
         Self {
             flops: TokenFlops::of(config),
             peak,

@@ -17,15 +17,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::actors::protocol::RolloutProtocol;
+use crate::config::{Preset, RunConfig};
+use crate::kernels::flops::{gemm_peak, TokenFlops};
+use crate::kernels::{load, ModelSource};
+use crate::pipeline::{PhaseCost, Pipeline, ReplayBench, RolloutBench};
+use crate::report::RunReport;
+use crate::runtime::{resolve, AllocatorTuning, DtypeChoice};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use envace::actors::protocol::RolloutProtocol;
-use envace::config::{Preset, RunConfig};
-use envace::kernels::flops::{gemm_peak, TokenFlops};
-use envace::kernels::{load, ModelSource};
-use envace::pipeline::{PhaseCost, Pipeline, ReplayBench, RolloutBench};
-use envace::report::RunReport;
-use envace::runtime::{resolve, AllocatorTuning, DtypeChoice};
 use serde::{Deserialize, Serialize};
 
 /// Options of `envace bench rollout`.
@@ -259,7 +259,7 @@ fn run_one(args: &RolloutBenchArgs, name: &str) -> Result<()> {
     let mode = Mode::parse(name)?;
     let cfg = mode.config(args.preset, args.tasks as usize, args.all_turns);
     cfg.validate().map_err(anyhow::Error::msg)?;
-    envace::runtime::tune_allocator(AllocatorTuning::for_config(&cfg));
+    crate::runtime::tune_allocator(AllocatorTuning::for_config(&cfg));
     let dir = args.out.join(name);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;

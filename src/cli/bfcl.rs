@@ -13,14 +13,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::bfcl::checker::replay_ground_truth;
+use crate::bfcl::conform::{conform_lines, is_ported, owners, read_trace_file};
+use crate::bfcl::env::BfclEnv;
+use crate::bfcl::schema::FuncDocs;
+use crate::bfcl::split::ScenarioSplit;
+use crate::bfcl::tasks::{data_dir, load_category, Category};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use envace::bfcl::checker::replay_ground_truth;
-use envace::bfcl::conform::{conform_lines, is_ported, owners, read_trace_file};
-use envace::bfcl::env::BfclEnv;
-use envace::bfcl::schema::FuncDocs;
-use envace::bfcl::split::ScenarioSplit;
-use envace::bfcl::tasks::{data_dir, load_category, Category};
 
 #[derive(Debug, Subcommand)]
 pub enum BfclCommand {

@@ -1,8 +1,8 @@
 //! `envace conformance`: the embedded model against the HF reference on this machine's device.
+use crate::kernels::{load, ModelSource};
+use crate::runtime::{DeviceChoice, DtypeChoice};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use envace::kernels::{load, ModelSource};
-use envace::runtime::{DeviceChoice, DtypeChoice};
 
 /// Options of `envace conformance`.
 #[derive(Debug, Args)]
@@ -20,10 +20,10 @@ pub struct ConformanceArgs {
 
 /// Runs the cases; exits non-zero when a bound fails.
 pub fn run(args: ConformanceArgs) -> Result<()> {
-    let (device, dtype) = envace::runtime::resolve(args.device, args.dtype)?;
+    let (device, dtype) = crate::runtime::resolve(args.device, args.dtype)?;
     let loaded =
         load(&ModelSource::Embedded, device, dtype).context("loading the embedded model")?;
-    let report = envace::conformance::run(&loaded).map_err(anyhow::Error::msg)?;
+    let report = crate::conformance::run(&loaded).map_err(anyhow::Error::msg)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

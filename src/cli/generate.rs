@@ -1,11 +1,11 @@
 //! `envace generate`: one prompt through the chat template and the generation engine.
 use std::time::Instant;
 
-use anyhow::{Context, Result};
-use clap::Args;
-use envace::kernels::{
+use crate::kernels::{
     load, ChatMessage, Engine, EngineConfig, GenerationRequest, ModelSource, SamplingParams,
 };
+use anyhow::{Context, Result};
+use clap::Args;
 use serde_json::json;
 
 use super::ModelArgs;
@@ -47,13 +47,13 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let (device, dtype) = envace::runtime::resolve(args.model.device, args.model.dtype)?;
+    let (device, dtype) = crate::runtime::resolve(args.model.device, args.model.dtype)?;
     let started = Instant::now();
     let loaded = load(&ModelSource::parse(&args.model.model), device, dtype)
         .with_context(|| format!("loading model {}", args.model.model))?;
     tracing::info!(
         model = %args.model.model,
-        device = %envace::runtime::device_name(device),
+        device = %crate::runtime::device_name(device),
         dtype = ?dtype,
         seconds = started.elapsed().as_secs_f32(),
         "model loaded"

@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
-use envace::storage::{
+use crate::storage::{
     Checkpoint, CheckpointKey, Message, MessageRole, Prefix, Record, RehearsalMemory, Role, RunId,
     RunState, SampleKey, SeedTrajectory, Store, StoreOptions, Task, Trajectory, TreeName,
     SCHEMA_VERSION,
 };
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
 
 /// How `inspect` and `export` open the database, for their `--help`.
@@ -205,7 +205,7 @@ struct RunSummary {
 struct Warnings(Vec<String>);
 
 impl Warnings {
-    fn add(&mut self, error: &envace::storage::Error) {
+    fn add(&mut self, error: &crate::storage::Error) {
         let text = error.to_string();
         if !self.0.contains(&text) {
             eprintln!("warning: {text}");

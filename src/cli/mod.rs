@@ -1,4 +1,7 @@
-//! Command-line parsing and dispatch; `anyhow` lives here and nowhere below.
+//! The `envace` command line: parsing and dispatch; `anyhow` lives here and nowhere below.
+//!
+//! The `envace` binary calls [`run`]. A crate of its own judges calls [`run_with`] from its
+//! `main` to get the same commands with those judges selectable by `judge = "…"`.
 mod bench;
 mod bench_rollout;
 mod bfcl;
@@ -10,8 +13,31 @@ mod repair;
 
 use std::process::ExitCode;
 
+use crate::registry::Registry;
+use crate::runtime::{AllocatorTuning, DeviceChoice, DtypeChoice};
 use clap::{Args, Parser, Subcommand};
-use envace::runtime::{DeviceChoice, DtypeChoice};
+
+/// [`run`] with `registry`'s judges (for example [`Registry::builtin`] plus a user's own):
+/// `judge = "name"` in a run config then selects any of them. Tunes the allocator as the
+/// `envace` binary does; call it first thing in `main`, before other threads start.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use envace::registry::Registry;
+///
+/// fn main() -> std::process::ExitCode {
+///     let mut registry = Registry::builtin();
+///     registry.register_judge("lenient", |_| Arc::new(envace::actors::PassThroughJudge));
+///     envace::cli::run_with(registry)
+/// }
+/// ```
+pub fn run_with(registry: Registry) -> ExitCode {
+    crate::runtime::tune_allocator(AllocatorTuning::Speed);
+    if crate::registry::install(registry).is_err() {
+        eprintln!("envace: a judge registry was installed already; using that one");
+    }
+    run()
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -82,6 +108,9 @@ pub struct ModelArgs {
     pub dtype: DtypeChoice,
 }
 
+/// Runs the command line of `std::env::args()` with the judges of [`crate::registry::installed`]
+/// (the built-in ones unless a registry was installed); the exit code is 0 on success, 1 with
+/// the error chain on stderr otherwise.
 pub fn run() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
+use crate::actors::task::Split;
+use crate::config::{Preset, RunConfig};
+use crate::pipeline::{demo, tts_table, Pipeline, RunOpen, TtsSpec, Variant};
+use crate::storage::RehearsalMode;
 use anyhow::{Context, Result};
 use clap::Args;
-use envace::actors::task::Split;
-use envace::config::{Preset, RunConfig};
-use envace::pipeline::{demo, tts_table, Pipeline, RunOpen, TtsSpec, Variant};
-use envace::storage::RehearsalMode;
 
 /// Where the run lives and how it is configured.
 #[derive(Debug, Clone, Args)]
@@ -59,7 +59,7 @@ impl RunArgs {
             ),
         };
         // Before any thread starts: the runtime and libtorch come later.
-        envace::runtime::tune_allocator(envace::runtime::AllocatorTuning::for_config(&cfg));
+        crate::runtime::tune_allocator(crate::runtime::AllocatorTuning::for_config(&cfg));
         if self.scale > 1 {
             let s = self.scale;
             let too_big = |key: &str| anyhow::anyhow!("--scale {s}: {key} overflows");
@@ -164,7 +164,7 @@ pub fn run(stage: Stage, args: RunArgs) -> Result<()> {
             Stage::Collect => p.collect().await.map(drop),
             Stage::Sft => p.sft().await.map(drop),
             Stage::Train => {
-                let sft = p.checkpoint_path(envace::pipeline::SFT_RUN);
+                let sft = p.checkpoint_path(crate::pipeline::SFT_RUN);
                 p.train(sft.exists().then_some(sft)).await.map(drop)
             }
             Stage::Demo => demo(&mut p).await.map(|table| println!("{table}")),

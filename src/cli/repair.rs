@@ -1,11 +1,11 @@
 //! `envace repair`: rebuilds a damaged database from its journal and what sled can still read
-//! ([`envace::storage::repair`]), and prints exactly what was lost.
+//! ([`crate::storage::repair`]), and prints exactly what was lost.
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crate::storage::{rebuild, repair_in_place, JournalState, RepairReport};
 use anyhow::{Context, Result};
 use clap::Args;
-use envace::storage::{rebuild, repair_in_place, JournalState, RepairReport};
 
 #[derive(Debug, Args)]
 #[command(

@@ -114,11 +114,7 @@ impl Pipeline {
     /// # Errors
     /// No seeds, a row the engine rejects, or a learner failure.
     pub async fn bench_replay(&mut self) -> Result<ReplayBench> {
-        let seeds = self
-            .memory()
-            .ask("memory", MemoryMsg::Seeds)
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        let seeds = self.memory().ask("memory", MemoryMsg::Seeds).await??;
         let pool = self.seed_pool().await?;
         let context = self.topology.worker.info().context_len;
         let mut out = ReplayBench::default();
@@ -132,7 +128,14 @@ impl Pipeline {
             };
             let seed = first_user_turns(seed, self.cfg.rollout.max_user_turns);
             let mut rows = Vec::new();
-            for r in seed_rows(&self.topology.kit, task, &seed, &pool, &self.cfg)? {
+            for r in seed_rows(
+                &self.topology.kit,
+                self.topology.protocol.as_ref(),
+                task,
+                &seed,
+                &pool,
+                &self.cfg,
+            )? {
                 let (role, row) = (r.role, r.row);
                 if row.len() > context {
                     out.rows_over_context += 1;

@@ -52,13 +52,11 @@ impl Pipeline {
             .collect();
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTasks(tasks, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         let n = seeds.len() as u64;
         self.memory()
             .ask("memory", |r| MemoryMsg::PutSeeds(seeds, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         let stage = StageReport {
             wall_s: secs(start),
             tokens: 0,

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 
 use super::{progress, secs, Pipeline, SFT_RUN, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
@@ -200,9 +200,8 @@ impl Pipeline {
                 &format!("bfcl-checker-{name}"),
                 Arc::new(self.suite.checker_judge(Default::default())),
             )
-            .await
-            .map_err(|e| anyhow!(e))?;
-        let agents = self.topology.real_agents(judge).map_err(|e| anyhow!(e))?;
+            .await?;
+        let agents = self.topology.real_agents(judge)?;
         let ep = self.eval_episode_config();
         let run = RunId(format!("eval-{name}"));
         let calls_before = self.topology.real_env_calls();
@@ -262,8 +261,7 @@ impl Pipeline {
             .sum();
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTrajectories(trajectories, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         let fidelity = self.fidelity(&tasks, fidelity_calls).await?;
         for t in &mut per_task {
             let mine = fidelity.per_call.iter().filter(|c| c.task == t.task);

@@ -3,10 +3,10 @@
 //! For each evaluated task, its ground truth is replayed in the real environment (a seed
 //! trajectory made for evaluation only: never stored, never trained on, never a few-shot fact),
 //! and each of its real calls (at most `eval.fidelity_calls_per_task`, in call order) is put to
-//! the Rehearse role exactly as a rollout would: the same prompt in the run's protocol
-//! ([`super::seed_rows`]: the conversation of the replay before the Act turn, the Act turn, the
-//! call), few-shot facts from *train* seeds of the same tools only, through the Rehearsal actor
-//! and its parser. Generation is greedy (the world model's most likely answer), with the
+//! the Rehearse role exactly as a rollout would: the same prompt in the run's protocol (the
+//! replay's rows, [`super::seed_rows`], made by the transcript a rollout uses), few-shot facts
+//! from *train* seeds of the same tools only, through the Policy actor and the protocol's
+//! parser. Generation is greedy (the world model's most likely answer), with the
 //! rollouts' Rehearse token budget.
 //!
 //! Each prediction is compared with the real result in the form the protocol trains on (a
@@ -20,16 +20,15 @@
 //! Each is reported overall with a bootstrap interval over tasks, and as counts per API class.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 
-use super::seed_rows::{seed_rows, warmup_facts};
+use super::seed_rows::seed_rows;
 use super::{secs, Pipeline};
-use crate::actors::protocol::{canonical_result, RolloutProtocol};
-use crate::actors::rehearsal::{RehearsalMsg, RehearseRequest, RehearseTurn};
+use crate::actors::policy::{PolicyMsg, PolicyRequest, PolicyTurn};
+use crate::actors::protocol::{canonical_result, Protocol, RolePrompt};
 use crate::actors::slot::Pool;
 use crate::actors::EpisodeTask;
 use crate::bfcl::env::BfclEnv;
@@ -72,28 +71,34 @@ pub struct FidelityRequest {
     pub class: String,
     /// The real call and its real result.
     pub exchange: ToolExchange,
-    /// The Rehearse request for it, as a rollout would send it.
-    pub request: RehearseRequest,
+    /// The Rehearse prompt for it, as a rollout would send it.
+    pub prompt: RolePrompt,
 }
 
-/// Sends every request to the Rehearsal workers (concurrently) and compares each prediction
-/// with its real result ([`compare`]); returns the calls sorted by task (a call's position
-/// among its task's calls is kept) and the tokens processed.
+/// Sends every request to the Policy workers (concurrently, sampled with `params`), reads each
+/// output with `protocol`'s Rehearse parser and compares it with its real result
+/// ([`compare`]); returns the calls sorted by task (a call's position among its task's calls
+/// is kept) and the tokens processed.
 ///
 /// # Errors
-/// A Rehearsal actor that is gone or fails (a model-thread error).
+/// A Policy actor that is gone or fails (a model-thread error).
 pub async fn predict_results(
-    rehearsal: &Pool<RehearsalMsg>,
+    policy: &Pool<PolicyMsg>,
+    protocol: &dyn Protocol,
+    params: &SamplingParams,
     requests: Vec<FidelityRequest>,
 ) -> Result<(Vec<FidelityCall>, u64)> {
     let mut set = tokio::task::JoinSet::new();
     for (i, r) in requests.into_iter().enumerate() {
-        let worker = rehearsal.pick().clone();
+        let worker = policy.pick().clone();
+        let request = PolicyRequest {
+            role: Role::Rehearse,
+            prompt: r.prompt,
+            params: params.clone(),
+        };
         set.spawn(async move {
             let turn = worker
-                .ask("rehearsal", |reply| {
-                    RehearsalMsg::Rehearse(r.request, reply)
-                })
+                .ask("policy", |reply| PolicyMsg::Generate(request, reply))
                 .await;
             (i, r.task, r.class, r.exchange, turn)
         });
@@ -105,11 +110,12 @@ pub async fn predict_results(
             .map_err(|e| anyhow!("fidelity: {e}"))?
             .map_err(|e| anyhow!("fidelity: {e}"))?;
         let (text, parsed) = match turn {
-            RehearseTurn::Generated { row, text, parsed } => {
+            PolicyTurn::Generated { row, text } => {
                 tokens += (row.prompt_ids.len() + row.completion_ids.len()) as u64;
-                (text, parsed.ok())
+                let parsed = protocol.parse_rehearse(&text).ok();
+                (text, parsed)
             }
-            RehearseTurn::LengthExceeded { prompt_tokens } => (
+            PolicyTurn::LengthExceeded { prompt_tokens } => (
                 format!("(prompt of {prompt_tokens} tokens exceeds the context)"),
                 None,
             ),
@@ -170,7 +176,7 @@ impl Pipeline {
     ///
     /// # Errors
     /// A task without ground truth, a replay the environment refuses, a seed whose rows
-    /// cannot be built, or a Rehearsal actor that is gone.
+    /// cannot be built, or a Policy actor that is gone.
     pub async fn fidelity(
         &self,
         tasks: &[EpisodeTask],
@@ -179,7 +185,6 @@ impl Pipeline {
         let start = Instant::now();
         let pool = self.seed_pool().await?;
         let mut env = BfclEnv::new(self.suite.docs.clone());
-        let inline = self.cfg.protocol.mode == RolloutProtocol::Inline;
         let params = SamplingParams {
             temperature: 0.0,
             max_new_tokens: self.cfg.rollout.rehearse_max_new_tokens,
@@ -194,9 +199,14 @@ impl Pipeline {
                 .ok_or_else(|| anyhow!("fidelity: task {} has no ground truth", task.id))?;
             let replay = collect_seed(bfcl, &mut env)?;
             real_env_calls += replay.env_calls as u64;
-            let rows = seed_rows(&self.topology.kit, task, &replay.seed, &pool, &self.cfg)?;
-            let facts = Arc::new(warmup_facts(&pool, task, &self.cfg));
-            let shared = Arc::new(task.clone());
+            let rows = seed_rows(
+                &self.topology.kit,
+                self.topology.protocol.as_ref(),
+                task,
+                &replay.seed,
+                &pool,
+                &self.cfg,
+            )?;
             let calls = rows
                 .into_iter()
                 .filter(|r| r.role == Role::Rehearse)
@@ -212,20 +222,20 @@ impl Pipeline {
                     task: task.id.0.clone(),
                     class,
                     exchange: call.exchange,
-                    request: RehearseRequest {
-                        task: shared.clone(),
-                        facts: facts.clone(),
-                        history: call.history,
-                        act_text: call.act_text,
-                        call: call.call,
-                        rendering: self.cfg.protocol.tool_rendering,
-                        params: params.clone(),
-                        prompt_ids: inline.then_some(row.prompt_ids),
+                    prompt: RolePrompt {
+                        ids: row.prompt_ids,
+                        stop_strings: call.stop_strings,
                     },
                 });
             }
         }
-        let (per_call, tokens) = predict_results(&self.topology.rehearsal, requests).await?;
+        let (per_call, tokens) = predict_results(
+            &self.topology.policy,
+            self.topology.protocol.as_ref(),
+            &params,
+            requests,
+        )
+        .await?;
         let mut report = summarize(per_call);
         report.real_env_calls = real_env_calls;
         report.tokens = tokens;

@@ -20,22 +20,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::actors::env_actor::EnvFactory;
 use crate::actors::learner::LearnerMsg;
 use crate::actors::memory::MemoryMsg;
 use crate::actors::protocol::{PromptKit, SeedPool};
 use crate::actors::slot::Slot;
-use crate::actors::topology::Topology;
+use crate::actors::topology::{Topology, TopologyBuilder};
 use crate::actors::worker::WorkerHandle;
-use crate::actors::{Environment, Judge, Split};
-use crate::bfcl::dense::DenseChecklistJudge;
+use crate::actors::{Environment, Split};
 use crate::bfcl::env::BfclEnv;
 use crate::bfcl::episode::BfclSuite;
-use crate::bfcl::judge::RuleChecklistJudge;
-use crate::config::{JudgeKind, RunConfig};
+use crate::config::RunConfig;
 use crate::kernels::{load, ModelSource};
+use crate::registry::JudgeContext;
 use crate::report::{RunReport, StageReport};
 use crate::run_folder::{config_changes, config_hash, RunLock};
 use crate::runtime::resolve;
@@ -117,9 +116,12 @@ impl Pipeline {
     /// # Errors
     /// Another process holds the folder; without `how.create`, `dir` holds no run; with it,
     /// `cfg` changes the keys of a run already in `dir` (the message lists them) and
-    /// `how.allow_config_change` is off; the model, BFCL data or store cannot be loaded, or an
-    /// actor does not start.
+    /// `how.allow_config_change` is off; `cfg.judge` is not in the judge registry
+    /// ([`crate::registry`]); the model, BFCL data or store cannot be loaded, or an actor does
+    /// not start.
     pub async fn open_with(cfg: RunConfig, dir: &Path, preset: &str, how: RunOpen) -> Result<Self> {
+        // A judge name that is not registered fails before anything is loaded or written.
+        crate::registry::installed().check_judge(cfg.judge.as_str())?;
         let config_file = dir.join("config.toml");
         if how.create {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -209,24 +211,18 @@ impl Pipeline {
                 .with_context(|| format!("opening {}", dir.join("db").display()))?,
         );
         let suite = BfclSuite::load_base().context("loading BFCL multi_turn_base")?;
-        let judge: Arc<dyn Judge> = match cfg.judge {
-            JudgeKind::RuleChecklist => Arc::new(RuleChecklistJudge),
-            JudgeKind::BfclChecker => Arc::new(suite.checker_judge(Default::default())),
-            JudgeKind::DenseChecklist => Arc::new(DenseChecklistJudge),
-        };
+        let judge = crate::registry::installed()
+            .judge(cfg.judge.as_str(), &JudgeContext { suite: &suite })?;
         let docs = suite.docs.clone();
         let factory: EnvFactory =
             Arc::new(move || Box::new(BfclEnv::new(docs.clone())) as Box<dyn Environment>);
-        let topology = Topology::start(
-            cfg.topology,
-            worker,
-            kit,
-            judge,
-            Some(factory),
-            store.clone(),
-        )
-        .await
-        .map_err(|e| anyhow!(e))?;
+        let topology = TopologyBuilder::new(worker, kit, store.clone())
+            .spec(cfg.topology)
+            .judge(judge)
+            .environment(factory)
+            .protocol_config(&cfg.protocol)
+            .start()
+            .await?;
         let mut report = RunReport::load_or_new(dir, preset, &cfg.model.source)?;
         if how.create {
             report.budgets = cfg.budgets();
@@ -268,11 +264,7 @@ impl Pipeline {
     /// # Errors
     /// The store cannot be read.
     pub async fn seed_pool(&self) -> Result<SeedPool> {
-        let seeds = self
-            .memory()
-            .ask("memory", MemoryMsg::Seeds)
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        let seeds = self.memory().ask("memory", MemoryMsg::Seeds).await??;
         let pool = seeds
             .into_iter()
             .map(|s| {

@@ -1,23 +1,26 @@
 //! A seed trajectory as training rows, in the run's protocol (`[protocol] mode`): what the
 //! warm-up trains on, what Rehearse fidelity replays, what `bench rollout` measures.
 //!
+//! The seed is replayed through the same [`Transcript`] a rollout uses, with the seed's own
+//! turns in place of sampled ones:
+//!
 //! * Act rows: each assistant turn of the seed (all of a user turn's Hermes tool calls, or the
 //!   final answer) given the conversation before it, plus the end token;
 //! * Rehearse rows: each real result given its call (few-shot facts from *other* train seeds),
-//!   in `<execution_result>` form (reference) or `json.dumps` form (inline), plus the end token.
+//!   in the protocol's target form ([`Protocol::rehearse_target`]: `<execution_result>` in the
+//!   reference protocol, `json.dumps` in the inline one), plus the end token. Every call of a
+//!   turn is prompted against the same conversation; the results join it after the last call,
+//!   as in a rollout.
 //!
 //! Every row of the seed is returned, in conversation order, with its role; only completion
 //! tokens are trained.
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::actors::protocol::{
-    act_messages, inline_result_target, rehearse_messages, render_rehearse_target, InlineStream,
-    PromptKit, RolloutProtocol, SeedPool, ToolRendering,
-};
+use crate::actors::protocol::{EpisodeContext, PromptKit, Protocol, SeedPool, ToolResult};
 use crate::actors::{EpisodeTask, Split, ToolCall};
 use crate::kernels::ScoreRow;
-use crate::storage::{Message, MessageRole, Role, SeedTrajectory, ToolExchange};
+use crate::storage::{MessageRole, Role, SeedTrajectory, ToolExchange};
 
 /// One training row of a seed.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,98 +29,119 @@ pub struct SeedRow {
     pub role: Role,
     /// Prompt and completion token ids.
     pub row: ScoreRow,
-    /// A Rehearse row's call, with the conversation it was made in; `None` for Act rows.
+    /// A Rehearse row's real call; `None` for Act rows.
     pub call: Option<SeedCall>,
 }
 
 /// A real call of a seed, as the Rehearse role sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeedCall {
-    /// The seed's messages before the Act turn that made the call.
-    pub history: Vec<Message>,
-    /// The raw text of that Act turn.
-    pub act_text: String,
     /// The call (keyword arguments).
     pub call: ToolCall,
     /// The real exchange: call and result.
     pub exchange: ToolExchange,
+    /// The protocol's stop strings for this row's prompt (what a rollout generates with).
+    pub stop_strings: Vec<String>,
 }
 
-/// Warm-up rows of one seed, in conversation order, in the protocol of `cfg.protocol.mode`
-/// (see [`inline_seed_rows`] for the inline one).
+/// Warm-up rows of one seed, in conversation order, in `protocol` (the run's; see the module
+/// doc).
 ///
-/// Rehearse rows take their few-shot facts from *other* train tasks (the pool is asked as if
-/// the task were a test task), so the target result is never in its own prompt.
+/// Rehearse rows take their few-shot facts from *other* train tasks ([`warmup_facts`]), so the
+/// target result is never in its own prompt.
 ///
 /// # Errors
-/// Rendering or tokenising fails.
+/// Rendering or tokenising fails, or a tool message has no recorded call.
 pub fn seed_rows(
     kit: &PromptKit,
+    protocol: &dyn Protocol,
     task: &EpisodeTask,
     seed: &SeedTrajectory,
     pool: &SeedPool,
     cfg: &crate::config::RunConfig,
 ) -> Result<Vec<SeedRow>> {
-    let rendering = cfg.protocol.tool_rendering;
     let facts = warmup_facts(pool, task, cfg);
-    if cfg.protocol.mode == RolloutProtocol::Inline {
-        return inline_seed_rows(kit, task, seed, &facts, rendering);
-    }
+    replay_seed(kit, protocol, task, seed, facts)
+}
+
+/// [`seed_rows`] with the few-shot facts given.
+///
+/// # Errors
+/// As [`seed_rows`].
+pub fn replay_seed(
+    kit: &PromptKit,
+    protocol: &dyn Protocol,
+    task: &EpisodeTask,
+    seed: &SeedTrajectory,
+    facts: Vec<ToolExchange>,
+) -> Result<Vec<SeedRow>> {
     let eos: Vec<u32> = kit.eos_id().into_iter().collect();
+    let encode = |text: &str| -> Result<Vec<u32>> {
+        let mut ids = kit.encode(text)?;
+        ids.extend(&eos);
+        Ok(ids)
+    };
+    let mut transcript = protocol.open(EpisodeContext {
+        task: std::sync::Arc::new(task.clone()),
+        facts: std::sync::Arc::new(facts),
+        memory: None,
+    });
     let mut rows = Vec::new();
     let mut exchange = seed.tool_calls.iter();
-    let mut last_act: Option<(usize, String)> = None;
-    for (i, m) in seed.messages.iter().enumerate() {
-        let before = &seed.messages[..i];
+    let mut users: Vec<String> = Vec::new();
+    // Results of the current Act turn's calls, joined after its last call.
+    let mut pending: Vec<ToolResult> = Vec::new();
+    let mut after_act = false;
+    for m in &seed.messages {
+        if m.role != MessageRole::Tool && !pending.is_empty() {
+            transcript.push_results(std::mem::take(&mut pending))?;
+        }
+        if m.role != MessageRole::User && !users.is_empty() {
+            transcript.push_user(&std::mem::take(&mut users))?;
+        }
         match m.role {
+            MessageRole::User => users.push(m.content.clone()),
             MessageRole::Assistant => {
-                let prompt =
-                    kit.encode_chat(&act_messages(&task.tools, rendering, before, None), true)?;
-                let mut completion = kit.encode(&m.content)?;
-                completion.extend(&eos);
+                let prompt = transcript.act_prompt()?;
+                let completion = encode(&m.content)?;
+                // A seed's turn is the ground truth: its parse is not needed here.
+                let _ = transcript.push_act(rows.len() as u32, &completion, &m.content);
                 rows.push(SeedRow {
                     role: Role::Act,
                     row: ScoreRow {
-                        prompt_ids: prompt,
+                        prompt_ids: prompt.ids,
                         completion_ids: completion,
                     },
                     call: None,
                 });
-                last_act = Some((i, m.content.clone()));
+                after_act = true;
             }
             MessageRole::Tool => {
-                let (Some(x), Some((act_at, act_text))) = (exchange.next(), &last_act) else {
+                let (Some(x), true) = (exchange.next(), after_act) else {
                     bail!("seed of {}: a tool message without a call", seed.task);
                 };
-                let call = SeedCall {
-                    history: seed.messages[..*act_at].to_vec(),
-                    act_text: act_text.clone(),
-                    call: exchange_call(seed, x)?,
-                    exchange: x.clone(),
-                };
-                let prompt = kit.encode_chat(
-                    &rehearse_messages(
-                        &task.tools,
-                        rendering,
-                        &facts,
-                        &call.history,
-                        &call.act_text,
-                        &call.call,
-                    ),
-                    true,
-                )?;
-                let mut completion = kit.encode(&render_rehearse_target(&x.result_json))?;
-                completion.extend(&eos);
+                let call = exchange_call(seed, x)?;
+                let prompt = transcript.rehearse_prompt(&call)?;
+                let completion = encode(&protocol.rehearse_target(&x.result_json))?;
+                pending.push(ToolResult {
+                    name: x.name.clone(),
+                    text: m.content.clone(),
+                    rehearsed: Some((rows.len() as u32, completion.clone())),
+                });
                 rows.push(SeedRow {
                     role: Role::Rehearse,
                     row: ScoreRow {
-                        prompt_ids: prompt,
+                        prompt_ids: prompt.ids,
                         completion_ids: completion,
                     },
-                    call: Some(call),
+                    call: Some(SeedCall {
+                        call,
+                        exchange: x.clone(),
+                        stop_strings: prompt.stop_strings,
+                    }),
                 });
             }
-            _ => {}
+            MessageRole::System => {}
         }
     }
     Ok(rows)
@@ -137,107 +161,6 @@ pub fn warmup_facts(
         cfg.protocol.max_facts,
         cfg.protocol.max_fact_chars,
     )
-}
-
-/// Inline warm-up rows of one seed: the seed conversation as one [`InlineStream`].
-///
-/// * Act rows: the stream so far plus the assistant header → the seed's assistant text
-///   encoded, plus the end token (the stream then grows by exactly those ids), so every Act
-///   row's prompt extends the previous rows';
-/// * Rehearse rows: the stream after the Act turn plus the private block (`facts`, the call)
-///   and the tool header → the real result in `json.dumps` form ([`inline_result_target`]) plus the end
-///   token; every call of a turn branches off the same stream, and the results join it (as
-///   those target ids) after the turn's last call, as in a rollout.
-///
-/// # Errors
-/// Rendering or tokenising fails, or a tool message has no recorded call.
-pub fn inline_seed_rows(
-    kit: &PromptKit,
-    task: &EpisodeTask,
-    seed: &SeedTrajectory,
-    facts: &[ToolExchange],
-    rendering: ToolRendering,
-) -> Result<Vec<SeedRow>> {
-    let eos: Vec<u32> = kit.eos_id().into_iter().collect();
-    let mut rows = Vec::new();
-    let mut exchange = seed.tool_calls.iter();
-    let mut users: Vec<String> = Vec::new();
-    let mut stream: Option<InlineStream> = None;
-    // Results of the current Act turn's calls, joined to the stream after its last call.
-    let mut pending: Vec<Vec<u32>> = Vec::new();
-    let mut last_act: Option<(usize, String)> = None;
-    for (i, m) in seed.messages.iter().enumerate() {
-        if m.role != MessageRole::Tool {
-            if let Some(s) = &mut stream {
-                for result in pending.drain(..) {
-                    s.push_tool_result_ids(&result);
-                }
-            }
-        }
-        match m.role {
-            MessageRole::User => users.push(m.content.clone()),
-            MessageRole::Assistant => {
-                let s = match &mut stream {
-                    Some(s) => {
-                        s.push_user(kit, &users)?;
-                        s
-                    }
-                    None => stream.insert(InlineStream::new(
-                        kit,
-                        &task.tools,
-                        rendering,
-                        None,
-                        &users,
-                    )?),
-                };
-                users.clear();
-                let mut completion = kit.encode(&m.content)?;
-                completion.extend(&eos);
-                rows.push(SeedRow {
-                    role: Role::Act,
-                    row: ScoreRow {
-                        prompt_ids: s.act_prompt(),
-                        completion_ids: completion.clone(),
-                    },
-                    call: None,
-                });
-                s.push_act(&completion);
-                last_act = Some((i, m.content.clone()));
-            }
-            MessageRole::Tool => {
-                let (Some(x), Some(s), Some((act_at, act_text))) =
-                    (exchange.next(), &stream, &last_act)
-                else {
-                    bail!("seed of {}: a tool message without a call", seed.task);
-                };
-                let call = SeedCall {
-                    history: seed.messages[..*act_at].to_vec(),
-                    act_text: act_text.clone(),
-                    call: exchange_call(seed, x)?,
-                    exchange: x.clone(),
-                };
-                let mut completion = kit.encode(&inline_result_target(&x.result_json))?;
-                completion.extend(&eos);
-                rows.push(SeedRow {
-                    role: Role::Rehearse,
-                    row: ScoreRow {
-                        prompt_ids: s.rehearse_prompt(
-                            kit,
-                            &task.tools,
-                            rendering,
-                            facts,
-                            &call.call,
-                        )?,
-                        completion_ids: completion.clone(),
-                    },
-                    call: Some(call),
-                });
-                pending.push(completion);
-            }
-            MessageRole::System => {}
-        }
-    }
-    Ok(rows)
 }
 
 /// `seed` cut before its `(turns + 1)`-th user turn (a run of user messages); all of it when
@@ -280,6 +203,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::actors::protocol::{protocol_for, ToolRendering};
     use crate::actors::{EnvTask, JudgeTask};
     use crate::config::RunConfig;
     use crate::kernels::gguf::GgufFile;
@@ -372,7 +296,10 @@ mod tests {
         let own = seed("own", ["{\"cwd\": \"docs\"}", "[\"a\", \"b\"]", "None"]);
         let other = seed("other", ["{\"cwd\": \"x\"}", "{\"other_fact\": 1}", "{}"]);
         let pool = SeedPool::new(vec![(Split::Train, own.clone()), (Split::Train, other)]);
-        let inline_rows = seed_rows(&kit, &task("own"), &own, &pool, &cfg).expect("rows");
+        let kit = std::sync::Arc::new(kit);
+        let inline = protocol_for(&cfg.protocol, kit.clone());
+        let inline_rows =
+            seed_rows(&kit, inline.as_ref(), &task("own"), &own, &pool, &cfg).expect("rows");
         let roles: Vec<Role> = inline_rows.iter().map(|r| r.role).collect();
         let rows: Vec<(Role, ScoreRow)> = inline_rows
             .iter()
@@ -429,26 +356,46 @@ mod tests {
             "</tool_call><|im_end|>\n<|im_start|>tool\n{\"cwd\": \"docs\"}<|im_end|>\n<|im_start|>tool\n[\"a\", \"b\"]<|im_end|>\n<|im_start|>assistant\n"
         ), "{act}");
 
-        // The reference protocol is unchanged: fresh prompts, `<execution_result>` targets.
+        // The reference protocol: fresh prompts, `<execution_result>` targets.
+        let reference_cfg = crate::config::RunConfig::default();
+        let reference = protocol_for(&reference_cfg.protocol, kit.clone());
         let reference = seed_rows(
             &kit,
+            reference.as_ref(),
             &task("own"),
             &own,
             &pool,
-            &crate::config::RunConfig::default(),
+            &reference_cfg,
         )
         .expect("reference rows");
         assert_eq!(reference.len(), rows.len());
-        // Rehearse rows know their call and the conversation before it.
+        // Rehearse rows know their call; the prompt holds the conversation before the Act
+        // turn that made it and that turn's text.
         let call = reference[1].call.as_ref().expect("a Rehearse row's call");
         assert_eq!(call.call.name, "cd");
+        let inline_call = inline_rows[1].call.as_ref().expect("a Rehearse row's call");
         assert_eq!(
-            call.history.len(),
-            1,
-            "the user message before the Act turn"
+            (&call.call, &call.exchange),
+            (&inline_call.call, &inline_call.exchange)
         );
-        assert!(call.act_text.contains("\"ls\""));
-        assert_eq!(reference[1].call, inline_rows[1].call);
+        assert_eq!(call.stop_strings, ["</execution_result>"]);
+        assert!(inline_call.stop_strings.is_empty());
+        let prompt = kit
+            .tokenizer
+            .decode(&reference[2].row.prompt_ids, false)
+            .expect("decode");
+        assert!(prompt
+            .contains("User: Go to docs and list it.\n\n# Latest assistant turn\n<tool_call>"));
+        assert!(prompt.contains("# Call to simulate\nTool: ls"), "{prompt}");
+        // The final answer's Act prompt holds both results, after the calls' turn.
+        let act = kit
+            .tokenizer
+            .decode(&reference[3].row.prompt_ids, false)
+            .expect("decode");
+        assert!(
+            act.contains("<tool_response>\n{\"cwd\": \"docs\"}\n</tool_response>"),
+            "{act}"
+        );
         assert!(reference[0].call.is_none());
         assert!(kit
             .decode(&reference[1].row.completion_ids)

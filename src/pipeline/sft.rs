@@ -106,11 +106,7 @@ impl Pipeline {
     /// that fails.
     pub async fn sft(&mut self) -> Result<StageReport> {
         let start = Instant::now();
-        let seeds = self
-            .memory()
-            .ask("memory", MemoryMsg::Seeds)
-            .await?
-            .map_err(|e| anyhow!(e))?;
+        let seeds = self.memory().ask("memory", MemoryMsg::Seeds).await??;
         // Seeds of test tasks are never used for training (none is collected; this guards
         // against a database that holds one).
         let train: Vec<(&SeedTrajectory, &EpisodeTask)> = seeds
@@ -145,7 +141,14 @@ impl Pipeline {
                 .find(|(s, _)| s.task == seed.task)
                 .map(|(_, t)| *t)
                 .ok_or_else(|| anyhow!("sft: seed {} lost its task", seed.task))?;
-            let mut rows = seed_rows(&self.topology.kit, task, seed, &pool, &self.cfg)?;
+            let mut rows = seed_rows(
+                &self.topology.kit,
+                self.topology.protocol.as_ref(),
+                task,
+                seed,
+                &pool,
+                &self.cfg,
+            )?;
             for r in &mut rows {
                 let lost = fit_to_context(&mut r.row, context);
                 let e = per_role.entry(r.role).or_default();
@@ -349,7 +352,7 @@ impl Pipeline {
                 reply: r,
             })
             .await?
-            .map_err(|e| anyhow!(e))
+            .map_err(anyhow::Error::from)
     }
 }
 

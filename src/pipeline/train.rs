@@ -47,8 +47,7 @@ impl Pipeline {
         let resumed = self
             .memory()
             .ask("memory", |r| MemoryMsg::RunState(run.clone(), r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         // The report is saved after each step's commit, so it never runs ahead of the
         // database: if it does, the database lost committed steps (damaged or replaced), and
         // going on would silently redo them.
@@ -339,8 +338,7 @@ impl Pipeline {
                     state,
                     reply: r,
                 })
-                .await?
-                .map_err(|e| anyhow!(e))?;
+                .await??;
             crash_point("train-committed");
             // The previous step's weights are no longer the committed checkpoint.
             if let Some(old) = last_checkpoint.replace(path.clone()) {
@@ -476,8 +474,7 @@ impl Pipeline {
         let all = self
             .memory()
             .ask("memory", |r| MemoryMsg::Checkpoints(run, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         Ok(all.into_iter().max_by_key(|c| c.step))
     }
 

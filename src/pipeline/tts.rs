@@ -141,15 +141,10 @@ impl Pipeline {
         let rehearsal_judge = self
             .topology
             .start_judge("pass-through", Arc::new(PassThroughJudge))
-            .await
-            .map_err(|e| anyhow!(e))?;
+            .await?;
         let rehearse_agents = Agents {
-            acting: self.topology.acting.clone(),
-            observations: crate::actors::episode::ObservationSource::Rehearsal(
-                self.topology.rehearsal.clone(),
-            ),
             judge: rehearsal_judge.clone(),
-            kit: Some(self.topology.kit.clone()),
+            ..self.topology.rehearsal_agents()
         };
         let checker = self
             .topology
@@ -157,12 +152,8 @@ impl Pipeline {
                 "bfcl-checker-tts",
                 Arc::new(self.suite.checker_judge(Default::default())),
             )
-            .await
-            .map_err(|e| anyhow!(e))?;
-        let real_agents = self
-            .topology
-            .real_agents(checker.clone())
-            .map_err(|e| anyhow!(e))?;
+            .await?;
+        let real_agents = self.topology.real_agents(checker.clone())?;
         let eval = self.eval_episode_config();
         let run_name = match tts {
             Some(t) => format!("tts-{}-{}", variant.name(), t.name()),
@@ -182,8 +173,7 @@ impl Pipeline {
                             .ask("memory", |r| {
                                 MemoryMsg::GetMemory(RunId(run_name.clone()), task.id.clone(), r)
                             })
-                            .await?
-                            .map_err(|e| anyhow!(e))?
+                            .await??
                     } else {
                         None
                     };
@@ -214,8 +204,7 @@ impl Pipeline {
                             let summary = m.summary.clone();
                             self.memory()
                                 .ask("memory", |r| MemoryMsg::PutMemory(Box::new(m), r))
-                                .await?
-                                .map_err(|e| anyhow!(e))?;
+                                .await??;
                             Some(summary)
                         }
                     }
@@ -255,8 +244,7 @@ impl Pipeline {
         let trajectories: Vec<Trajectory> = committed.into_iter().map(|(t, _)| t).collect();
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTrajectories(trajectories, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         let per = |x: u64| x as f64 / n_tasks.max(1) as f64;
         let result = TtsResult {
             variant: variant.name().into(),
@@ -362,8 +350,7 @@ impl Pipeline {
         };
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTrajectories(rehearsals, r))
-            .await?
-            .map_err(|e| anyhow!(e))?;
+            .await??;
         Ok((memory, tokens))
     }
 

@@ -18,6 +18,8 @@
 //! * [`inline`]: the second protocol ([`RolloutProtocol::Inline`]): one append-only token
 //!   stream per trajectory ([`InlineStream`]) in which Act writes assistant turns and Rehearse
 //!   writes tool turns, the few-shot facts kept in a private branch of each Rehearse prompt.
+//! * [`transcript`]: the two protocols as one [`Protocol`] trait; a [`Transcript`] per episode
+//!   owns its history (and stream), renders both roles' prompts and reads their completions.
 //!
 //! [`PromptKit`] turns chats into token ids with the model's own chat template (or plain ChatML
 //! when the model ships none). Everything here is text in, text out: the token ids a row trains
@@ -29,6 +31,7 @@ pub mod inline;
 pub mod memory;
 pub mod rehearse;
 pub mod tools;
+pub mod transcript;
 
 pub use act::{
     act_messages, parse_act, render_act_target, ActErrorCode, ActOutput, ActParseError, ACT_SYSTEM,
@@ -43,6 +46,10 @@ pub use rehearse::{
     RehearseParseError, REHEARSE_STOP, REHEARSE_SYSTEM,
 };
 pub use tools::{render_tool, render_tools};
+pub use transcript::{
+    protocol_for, EpisodeContext, InlineProtocol, Protocol, ReferenceProtocol, RolePrompt,
+    ToolResult, Transcript,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -75,7 +82,7 @@ pub enum ProtocolError {
 
 /// The text side of the model the actors prompt: its tokenizer and chat template.
 ///
-/// Built once and shared behind an `Arc` by the Acting and Rehearsal actors (`Send + Sync`;
+/// Built once and shared behind an `Arc` by the protocol and the Policy actors (`Send + Sync`;
 /// rendering and encoding take `&self`).
 #[derive(Debug)]
 pub struct PromptKit {
