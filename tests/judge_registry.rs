@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use envace::actors::{Judge, JudgeTask, TurnCalls, Verdict};
 use envace::bfcl::judge::RuleChecklistJudge;
@@ -67,9 +66,7 @@ fn a_registered_judge_trains_the_run_that_names_it() {
         let mut p = Pipeline::open(cfg, &dir, "tiny").await.expect("open");
         p.collect().await.expect("collect");
         p.train(None).await.expect("train");
-        p.shutdown();
-        drop(p);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        p.close().await;
     });
     assert!(
         CALLS.load(Ordering::SeqCst) > 0,

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use envace::actors::protocol::act_messages;
 use envace::actors::Split;
@@ -53,10 +52,7 @@ fn config(steps: u64) -> RunConfig {
 }
 
 async fn close(p: Pipeline) {
-    p.shutdown();
-    drop(p);
-    // Let the stopped actors drop their handles on the store before it is reopened.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.close().await;
 }
 
 fn trajectories(dir: &Path, run: &str) -> Vec<Trajectory> {

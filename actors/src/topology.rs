@@ -347,4 +347,16 @@ impl Topology {
         self.supervisor.stop_children(None);
         self.supervisor.stop(None);
     }
+
+    /// Stops every actor, children first, and waits until each has stopped and dropped its
+    /// state (the store, the model handle): at most `timeout` for the children and as much for
+    /// the supervisor. When it returns, nothing of this topology holds the store any more.
+    pub async fn shutdown(&self, timeout: std::time::Duration) {
+        self.supervisor
+            .stop_children_and_wait(None, Some(timeout))
+            .await;
+        if let Err(e) = self.supervisor.stop_and_wait(None, Some(timeout)).await {
+            tracing::warn!(error = %e, "the supervisor did not stop in time");
+        }
+    }
 }

@@ -328,6 +328,15 @@ impl Pipeline {
     pub fn shutdown(&self) {
         self.topology.stop();
     }
+
+    /// Stops the actors, waits for them to let go of the store (at most 30 s), then releases
+    /// the run folder (store and lock): when it returns, the folder can be opened again, by
+    /// this process or another.
+    pub async fn close(self) {
+        self.topology
+            .shutdown(std::time::Duration::from_secs(30))
+            .await;
+    }
 }
 
 /// A progress bar for `len` items of a stage (hidden when stderr is not a terminal).
