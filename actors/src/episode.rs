@@ -217,24 +217,14 @@ fn failed_trajectory(spec: &EpisodeSpec, mode: ExecutionMode, e: &EpisodeError) 
         sample: spec.sample,
         mode,
         rows: Vec::new(),
-        messages: vec![message(
+        messages: vec![Message::new(
             MessageRole::System,
             format!("episode failed: {e}"),
-            None,
         )],
         reward: 0.0,
         verdicts: Vec::new(),
         termination: Termination::ActorFailed,
         timings: Timings::default(),
-    }
-}
-
-fn message(role: MessageRole, content: String, row: Option<u32>) -> Message {
-    Message {
-        role,
-        content,
-        tool_name: None,
-        row,
     }
 }
 
@@ -447,16 +437,13 @@ async fn drive(
                 }
                 PolicyTurn::Generated { row, text } => (row, text),
             };
-            let completion = row.completion_ids.clone();
             let r = run.push_row(row);
-            let output = match run.transcript.push_act(r, &completion, &text) {
+            let completion = &run.rows[r as usize].completion_ids;
+            let output = match run.transcript.push_act(r, completion, &text) {
                 Ok(o) => o,
                 Err(e) => {
-                    run.transcript.push_message(message(
-                        MessageRole::Tool,
-                        e.to_tool_message(),
-                        None,
-                    ));
+                    run.transcript
+                        .push_message(Message::new(MessageRole::Tool, e.to_tool_message()));
                     return Ok(done(run, Termination::ActParseError));
                 }
             };
@@ -567,13 +554,12 @@ async fn execute(
                     rehearsed: Some((r, completion)),
                 })),
                 Err(e) => {
-                    let mut m = message(
+                    let m = Message::new(
                         MessageRole::Tool,
                         format!("simulator error {}: {}", e.code.as_str(), e.message),
-                        Some(r),
                     );
-                    m.tool_name = Some(call.name.clone());
-                    run.transcript.push_message(m);
+                    run.transcript
+                        .push_message(m.with_row(Some(r)).with_tool(call.name.clone()));
                     tracing::debug!(raw = %text, "rehearse format error");
                     Ok(CallOutcome::Ends(Termination::RehearseFormatError))
                 }

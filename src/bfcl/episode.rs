@@ -255,7 +255,7 @@ pub fn collect_seed(
     for (turn, gt) in task.ground_truth.iter().enumerate() {
         env.begin_turn(turn);
         for m in task.user_messages(turn) {
-            messages.push(message(MessageRole::User, m.content, None));
+            messages.push(Message::new(MessageRole::User, m.content));
         }
         let order = JudgeTask {
             parameter_order: parameter_order(&env.tools()),
@@ -285,23 +285,19 @@ pub fn collect_seed(
                     .iter()
                     .map(|(call, args)| (call.name.as_str(), args)),
             );
-            messages.push(message(MessageRole::Assistant, text, None));
+            messages.push(Message::new(MessageRole::Assistant, text));
         }
         for (call, arguments) in named_calls {
             let obs = env.execute(&call);
             env_calls += 1;
-            messages.push(message(
-                MessageRole::Tool,
-                obs.text.clone(),
-                Some(call.name.clone()),
-            ));
+            messages.push(Message::new(MessageRole::Tool, obs.text.clone()).with_tool(&call.name));
             exchanges.push(ToolExchange {
                 arguments_json: pyjson::compact(&Value::Object(arguments)),
                 name: call.name,
                 result_json: obs.text,
             });
         }
-        messages.push(message(MessageRole::Assistant, SEED_FINAL_ANSWER, None));
+        messages.push(Message::new(MessageRole::Assistant, SEED_FINAL_ANSWER));
     }
     Ok(CollectedSeed {
         seed: SeedTrajectory {
@@ -312,15 +308,6 @@ pub fn collect_seed(
         },
         env_calls,
     })
-}
-
-fn message(role: MessageRole, content: impl Into<String>, tool_name: Option<String>) -> Message {
-    Message {
-        role,
-        content: content.into(),
-        tool_name,
-        row: None,
-    }
 }
 
 /// Function name → parameter names in schema order, from OpenAI tool schemas

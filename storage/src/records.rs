@@ -125,6 +125,30 @@ pub struct Message {
     pub row: Option<u32>,
 }
 
+impl Message {
+    /// A message of `role` saying `content`, naming no tool and no row.
+    pub fn new(role: MessageRole, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_name: None,
+            row: None,
+        }
+    }
+
+    /// This message, produced by the trajectory's row `row` (`None`: not generated).
+    pub fn with_row(mut self, row: Option<u32>) -> Self {
+        self.row = row;
+        self
+    }
+
+    /// This message, answered by the tool `name`.
+    pub fn with_tool(mut self, name: impl Into<String>) -> Self {
+        self.tool_name = Some(name.into());
+        self
+    }
+}
+
 /// The judge's verdict on one user turn (reference: a weighted checklist per user turn).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnVerdict {

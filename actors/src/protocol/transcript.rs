@@ -183,26 +183,25 @@ impl Conversation {
         self.history.extend(
             messages
                 .iter()
-                .map(|m| message(MessageRole::User, m.clone(), None)),
+                .map(|m| Message::new(MessageRole::User, m.clone())),
         );
     }
 
     fn push_act(&mut self, row: u32, text: &str) -> Result<ActOutput, ActParseError> {
         self.last_act = Some(self.history.len());
         self.history
-            .push(message(MessageRole::Assistant, text.to_string(), Some(row)));
+            .push(Message::new(MessageRole::Assistant, text).with_row(Some(row)));
         parse_act(text, &self.ctx.task.tool_names())
     }
 
     fn push_results(&mut self, results: &[ToolResult]) {
         for r in results {
-            let mut m = message(
-                MessageRole::Tool,
-                r.text.clone(),
-                r.rehearsed.as_ref().map(|(row, _)| *row),
+            let row = r.rehearsed.as_ref().map(|(row, _)| *row);
+            self.history.push(
+                Message::new(MessageRole::Tool, r.text.clone())
+                    .with_row(row)
+                    .with_tool(r.name.clone()),
             );
-            m.tool_name = Some(r.name.clone());
-            self.history.push(m);
         }
     }
 
@@ -212,15 +211,6 @@ impl Conversation {
             Some(i) => (&self.history[..i], self.history[i].content.as_str()),
             None => (&self.history, ""),
         }
-    }
-}
-
-fn message(role: MessageRole, content: String, row: Option<u32>) -> Message {
-    Message {
-        role,
-        content,
-        tool_name: None,
-        row,
     }
 }
 
