@@ -217,7 +217,8 @@ impl World {
             protocol: protocol_for(
                 &protocol_config(RolloutProtocol::Inline),
                 self.scripted.kit.clone(),
-            ),
+            )
+            .expect("inline protocol"),
             ..self.topology.rehearsal_agents()
         }
     }
@@ -943,7 +944,8 @@ fn rehearse_fidelity_compares_predictions_with_real_results() {
     // The prompt a rollout sends for `name` (the Act turn called it), in the reference
     // protocol.
     let request = |kit: &Arc<PromptKit>, t: &EpisodeTask, name: &str| {
-        let protocol = protocol_for(&protocol_config(RolloutProtocol::Reference), kit.clone());
+        let protocol = protocol_for(&protocol_config(RolloutProtocol::Reference), kit.clone())
+            .expect("protocol");
         let mut transcript = protocol.open(EpisodeContext {
             task: Arc::new(t.clone()),
             facts: Arc::new(Vec::new()),
@@ -1031,7 +1033,7 @@ fn a_rollout_that_plays_a_seed_has_the_seed_rows_in_both_protocols() {
     const RESULT: &str = r#"{"ok": true}"#;
     for mode in [RolloutProtocol::Reference, RolloutProtocol::Inline] {
         let kit = kit();
-        let protocol = protocol_for(&protocol_config(mode), kit.clone());
+        let protocol = protocol_for(&protocol_config(mode), kit.clone()).expect("protocol");
         let target = protocol.rehearse_target(RESULT);
         let marker = match mode {
             RolloutProtocol::Reference => "<tool_response>",

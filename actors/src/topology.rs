@@ -16,7 +16,7 @@ use crate::judge_actor::{JudgeActor, JudgeMsg};
 use crate::learner::{LearnerActor, LearnerArgs, LearnerMsg};
 use crate::memory::{MemoryActor, MemoryMsg};
 use crate::policy::{PolicyActor, PolicyArgs, PolicyMsg};
-use crate::protocol::{protocol_for, PromptKit, Protocol, ProtocolConfig};
+use crate::protocol::{protocol_for, PromptKit, Protocol, ProtocolConfig, ProtocolError};
 use crate::slot::{Pool, Slot};
 use crate::storage::Store;
 use crate::supervisor::{start_child, StartError, Supervisor, SupervisorArgs, SupervisorMsg};
@@ -43,8 +43,11 @@ impl Default for TopologySpec {
 }
 
 /// Why a topology could not start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
+    /// The protocol cannot be built over the model's chat template.
+    #[error("protocol: {0}")]
+    Protocol(#[from] ProtocolError),
     /// A spec value is out of range (the message names it).
     #[error("topology: {0}")]
     Invalid(String),
@@ -81,7 +84,15 @@ pub struct TopologyBuilder {
     store: Arc<Store>,
     judge: Arc<dyn Judge>,
     environment: Option<EnvFactory>,
-    protocol: Option<Arc<dyn Protocol>>,
+    protocol: ProtocolChoice,
+}
+
+/// What [`TopologyBuilder::start`] builds its protocol from.
+enum ProtocolChoice {
+    /// A protocol the caller built.
+    Given(Arc<dyn Protocol>),
+    /// A `[protocol]` section, built over the builder's kit at start.
+    Config(ProtocolConfig),
 }
 
 impl TopologyBuilder {
@@ -95,7 +106,7 @@ impl TopologyBuilder {
             store,
             judge: Arc::new(PassThroughJudge),
             environment: None,
-            protocol: None,
+            protocol: ProtocolChoice::Config(ProtocolConfig::default()),
         }
     }
 
@@ -131,21 +142,23 @@ impl TopologyBuilder {
 
     /// The protocol every episode's prompts follow.
     pub fn protocol(mut self, protocol: Arc<dyn Protocol>) -> Self {
-        self.protocol = Some(protocol);
+        self.protocol = ProtocolChoice::Given(protocol);
         self
     }
 
-    /// The protocol a config's `[protocol]` section selects, over this builder's kit.
-    pub fn protocol_config(self, cfg: &ProtocolConfig) -> Self {
-        let protocol = protocol_for(cfg, self.kit.clone());
-        self.protocol(protocol)
+    /// The protocol a config's `[protocol]` section selects ([`protocol_for`]), built over
+    /// this builder's kit when the topology starts.
+    pub fn protocol_config(mut self, cfg: &ProtocolConfig) -> Self {
+        self.protocol = ProtocolChoice::Config(cfg.clone());
+        self
     }
 
     /// Starts the supervisor, then the Engine, Policy, Judge, Learner, Memory and (when
     /// given) Environment actors under it.
     ///
     /// # Errors
-    /// [`TopologyError::Invalid`] for zero Policy workers; [`TopologyError::Start`] naming the
+    /// [`TopologyError::Invalid`] for zero Policy workers; [`TopologyError::Protocol`] when the
+    /// protocol cannot be built over the chat template; [`TopologyError::Start`] naming the
     /// actor that failed to start.
     pub async fn start(self) -> Result<Topology, TopologyError> {
         let Self {
@@ -162,8 +175,10 @@ impl TopologyBuilder {
                 "policy_workers must be at least 1".into(),
             ));
         }
-        let protocol =
-            protocol.unwrap_or_else(|| protocol_for(&ProtocolConfig::default(), kit.clone()));
+        let protocol = match protocol {
+            ProtocolChoice::Given(p) => p,
+            ProtocolChoice::Config(cfg) => protocol_for(&cfg, kit.clone())?,
+        };
         let (supervisor, _) = Actor::spawn(
             None,
             Supervisor,

@@ -297,7 +297,7 @@ mod tests {
         let other = seed("other", ["{\"cwd\": \"x\"}", "{\"other_fact\": 1}", "{}"]);
         let pool = SeedPool::new(vec![(Split::Train, own.clone()), (Split::Train, other)]);
         let kit = std::sync::Arc::new(kit);
-        let inline = protocol_for(&cfg.protocol, kit.clone());
+        let inline = protocol_for(&cfg.protocol, kit.clone()).expect("inline protocol");
         let inline_rows =
             seed_rows(&kit, inline.as_ref(), &task("own"), &own, &pool, &cfg).expect("rows");
         let roles: Vec<Role> = inline_rows.iter().map(|r| r.role).collect();
@@ -358,7 +358,8 @@ mod tests {
 
         // The reference protocol: fresh prompts, `<execution_result>` targets.
         let reference_cfg = crate::config::RunConfig::default();
-        let reference = protocol_for(&reference_cfg.protocol, kit.clone());
+        let reference =
+            protocol_for(&reference_cfg.protocol, kit.clone()).expect("reference protocol");
         let reference = seed_rows(
             &kit,
             reference.as_ref(),

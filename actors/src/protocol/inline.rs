@@ -249,7 +249,29 @@ impl InlineStream {
         memory: Option<&str>,
         first_user: &[String],
     ) -> Result<Self, ProtocolError> {
-        let frames = InlineFrames::new(kit)?;
+        Self::with_frames(
+            InlineFrames::new(kit)?,
+            kit,
+            tools,
+            rendering,
+            memory,
+            first_user,
+        )
+    }
+
+    /// [`InlineStream::new`] with frames derived before (one derivation serves every stream of
+    /// a run).
+    ///
+    /// # Errors
+    /// [`ProtocolError`] when the template or tokenizer fails.
+    pub fn with_frames(
+        frames: InlineFrames,
+        kit: &PromptKit,
+        tools: &[Value],
+        rendering: ToolRendering,
+        memory: Option<&str>,
+        first_user: &[String],
+    ) -> Result<Self, ProtocolError> {
         let history: Vec<Message> = first_user
             .iter()
             .map(|content| Message {

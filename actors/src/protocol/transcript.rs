@@ -21,9 +21,9 @@ use serde_json::Value;
 
 use super::{
     act_messages, inline_result_target, parse_act, parse_inline_result, parse_rehearse,
-    rehearse_messages, render_rehearse_target, ActOutput, ActParseError, InlineStream, PromptKit,
-    ProtocolConfig, ProtocolError, RehearseParseError, RolloutProtocol, ToolRendering,
-    REHEARSE_STOP,
+    rehearse_messages, render_rehearse_target, ActOutput, ActParseError, InlineFrames,
+    InlineStream, PromptKit, ProtocolConfig, ProtocolError, RehearseParseError, RolloutProtocol,
+    ToolRendering, REHEARSE_STOP,
 };
 use crate::storage::{Message, MessageRole, ToolExchange};
 use crate::task::EpisodeTask;
@@ -148,17 +148,21 @@ pub trait Transcript: Send {
 }
 
 /// The protocol `cfg` selects, over `kit` (the model's tokenizer and chat template).
-pub fn protocol_for(cfg: &ProtocolConfig, kit: Arc<PromptKit>) -> Arc<dyn Protocol> {
-    match cfg.mode {
+///
+/// # Errors
+/// [`ProtocolError`] when the inline protocol cannot derive its frames from the template (see
+/// [`InlineFrames::new`]): a run fails here, at start-up, not in its first episode.
+pub fn protocol_for(
+    cfg: &ProtocolConfig,
+    kit: Arc<PromptKit>,
+) -> Result<Arc<dyn Protocol>, ProtocolError> {
+    Ok(match cfg.mode {
         RolloutProtocol::Reference => Arc::new(ReferenceProtocol {
             kit,
             rendering: cfg.tool_rendering,
         }),
-        RolloutProtocol::Inline => Arc::new(InlineProtocol {
-            kit,
-            rendering: cfg.tool_rendering,
-        }),
-    }
+        RolloutProtocol::Inline => Arc::new(InlineProtocol::new(kit, cfg.tool_rendering)?),
+    })
 }
 
 /// The history both transcripts keep.
@@ -323,10 +327,25 @@ impl Transcript for ReferenceTranscript {
 /// The inline protocol: one token stream per episode (see `protocol::inline`).
 #[derive(Debug, Clone)]
 pub struct InlineProtocol {
-    /// Tokenizer and chat template (the stream's frames come from the template).
-    pub kit: Arc<PromptKit>,
-    /// How tools are shown.
-    pub rendering: ToolRendering,
+    kit: Arc<PromptKit>,
+    rendering: ToolRendering,
+    /// Derived once from the template; every episode's stream is built with them.
+    frames: InlineFrames,
+}
+
+impl InlineProtocol {
+    /// The inline protocol over `kit`, showing tools as `rendering`.
+    ///
+    /// # Errors
+    /// [`ProtocolError`] when the template's frames cannot be derived ([`InlineFrames::new`]).
+    pub fn new(kit: Arc<PromptKit>, rendering: ToolRendering) -> Result<Self, ProtocolError> {
+        let frames = InlineFrames::new(&kit)?;
+        Ok(Self {
+            kit,
+            rendering,
+            frames,
+        })
+    }
 }
 
 impl Protocol for InlineProtocol {
@@ -342,6 +361,7 @@ impl Protocol for InlineProtocol {
         Box::new(InlineTranscript {
             kit: self.kit.clone(),
             rendering: self.rendering,
+            frames: self.frames.clone(),
             conversation: Conversation::new(ctx),
             stream: None,
         })
@@ -361,6 +381,7 @@ impl Protocol for InlineProtocol {
 struct InlineTranscript {
     kit: Arc<PromptKit>,
     rendering: ToolRendering,
+    frames: InlineFrames,
     conversation: Conversation,
     stream: Option<InlineStream>,
 }
@@ -389,7 +410,8 @@ impl Transcript for InlineTranscript {
             Some(s) => s.push_user(&self.kit, messages)?,
             None => {
                 let ctx = &self.conversation.ctx;
-                self.stream = Some(InlineStream::new(
+                self.stream = Some(InlineStream::with_frames(
+                    self.frames.clone(),
                     &self.kit,
                     &ctx.task.tools,
                     self.rendering,
