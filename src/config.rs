@@ -284,7 +284,7 @@ impl RunConfig {
         c.train.dynamic_sampling = true;
         match preset {
             Preset::Smollm2 => {
-                c.model.dtype = DtypeChoice::Bf16;
+                c.model.dtype = DtypeChoice::Fast;
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = Some(12);
                 c.sft.seeds_per_step = 1;
@@ -301,7 +301,7 @@ impl RunConfig {
                 // seed (a seed's stream is one packed forward of 3-4k tokens, compute-bound).
                 // What is left of the 2 hours: the final table on 30 test tasks, and a short
                 // GRPO run whose test score and fidelity are read every 2 steps on 8 of them.
-                c.model.dtype = DtypeChoice::Bf16;
+                c.model.dtype = DtypeChoice::Fast;
                 c.protocol.mode = RolloutProtocol::Inline;
                 c.sft.seeds = None;
                 c.sft.seeds_per_step = 2;

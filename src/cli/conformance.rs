@@ -10,7 +10,8 @@ pub struct ConformanceArgs {
     /// `auto` (CUDA when present), `cpu` or `cuda`.
     #[arg(long, default_value = "auto")]
     device: DeviceChoice,
-    /// `auto` (f32 on CPU, bf16 on CUDA), `f32` or `bf16`.
+    /// `auto` (f32 on CPU, bf16 on CUDA), `fast` (bf16 where the hardware computes it, else
+    /// f32), `f32` or `bf16`.
     #[arg(long, default_value = "auto")]
     dtype: DtypeChoice,
     /// Print the report as one JSON object.

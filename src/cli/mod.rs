@@ -103,7 +103,8 @@ pub struct ModelArgs {
     /// `auto` (CUDA when present), `cpu` or `cuda`.
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
-    /// `auto` (f32 on CPU, bf16 on CUDA), `f32` or `bf16`.
+    /// `auto` (f32 on CPU, bf16 on CUDA), `fast` (bf16 where the hardware computes it, else
+    /// f32), `f32` or `bf16`.
     #[arg(long, default_value = "auto")]
     pub dtype: DtypeChoice,
 }
