@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use envace::actors::episode::{run_episode_supervised, EpisodeConfig, EpisodeSpec};
-use envace::actors::learner::LearnerMsg;
+use envace::actors::learner_actor::LearnerMsg;
 use envace::actors::protocol::{PromptKit, ProtocolConfig, SeedPool, ToolRendering};
 use envace::actors::topology::TopologyBuilder;
 use envace::actors::worker::WorkerHandle;

@@ -29,7 +29,9 @@ pub struct RunConfig {
     /// ([`crate::registry`]): `rule_checklist` (default), `bfcl_checker`, `dense_checklist`, or
     /// one a user's crate registered.
     pub judge: JudgeName,
-    pub environment: EnvironmentKind,
+    /// The task suite by its name in the registry ([`crate::registry`]): `bfcl_base`
+    /// (default) or one a user's crate registered.
+    pub environment: EnvironmentName,
     /// How rollouts are played (training and seed-free stages).
     pub rollout: EpisodeConfig,
     pub collect: CollectConfig,
@@ -60,39 +62,49 @@ impl Default for ModelSection {
     }
 }
 
-/// The name of the judge of self-rehearsal training in the judge registry
-/// ([`crate::registry::Registry`]); checked against it when a run opens.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JudgeName(pub String);
+/// A name the registry ([`crate::registry::Registry`]) resolves when a run opens: a string in
+/// the config, checked against the registry by [`RunConfig::validate`].
+macro_rules! registry_name {
+    ($(#[$doc:meta])* $name:ident, $default:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
 
-impl Default for JudgeName {
-    fn default() -> Self {
-        Self(crate::registry::RULE_CHECKLIST.into())
-    }
+        impl Default for $name {
+            fn default() -> Self {
+                Self($default.into())
+            }
+        }
+
+        impl $name {
+            /// The name as written in the config.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
 }
 
-impl JudgeName {
-    /// The name as written in the config.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+registry_name!(
+    /// The judge of self-rehearsal training, by its name in the judge registry.
+    JudgeName,
+    crate::registry::RULE_CHECKLIST
+);
 
-impl std::fmt::Display for JudgeName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// The environment tasks come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EnvironmentKind {
-    /// BFCL `multi_turn_base`, fixed split base_0–149 train, base_150–199 test.
-    #[default]
-    BfclBase,
-}
+registry_name!(
+    /// The task suite (tasks, real environment, evaluation judge), by its name in the
+    /// registry: `bfcl_base` (BFCL `multi_turn_base`, fixed split base_0–149 train,
+    /// base_150–199 test) or one a user's crate registered.
+    EnvironmentName,
+    crate::registry::BFCL_BASE
+);
 
 /// Seed collection.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -399,8 +411,12 @@ impl RunConfig {
             }
         };
         positive(self.topology.policy_workers, "topology.policy_workers")?;
-        crate::registry::installed()
+        let registry = crate::registry::installed();
+        registry
             .check_judge(self.judge.as_str())
+            .map_err(|e| e.to_string())?;
+        registry
+            .check_suite(self.environment.as_str())
             .map_err(|e| e.to_string())?;
         positive(self.train.tasks_per_step, "train.tasks_per_step")?;
         positive(self.train.k as usize, "train.k")?;

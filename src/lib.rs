@@ -37,4 +37,5 @@ pub mod report;
 pub mod run_folder;
 pub mod runtime;
 pub mod stats;
+pub mod suite;
 pub mod telemetry;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use envace::actors::env_actor::EnvFactory;
 use envace::actors::episode::Agents;
 use envace::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
-use envace::actors::learner::grpo_batch;
+use envace::actors::learner_actor::grpo_batch;
 use envace::actors::protocol::{
     act_messages, protocol_for, PromptKit, ProtocolConfig, RolloutProtocol, ToolRendering,
 };

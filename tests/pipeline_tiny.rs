@@ -9,8 +9,6 @@ use std::process::Command;
 
 use envace::actors::protocol::act_messages;
 use envace::actors::Split;
-use envace::bfcl::env::BfclEnv;
-use envace::bfcl::episode::collect_seed;
 use envace::config::{Preset, RunConfig};
 use envace::pipeline::{Pipeline, Variant, TRAIN_RUN};
 use envace::storage::{
@@ -88,17 +86,17 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
         };
         assert!(seeds
             .iter()
-            .all(|s| p.suite.train.iter().any(|t| t.id == s.task)));
+            .all(|s| p.suite.tasks(Split::Train).iter().any(|t| t.id == s.task)));
         // The split is stratified: every class of a test task is trained on, so every test
         // task gets facts from train seeds of its tools.
-        let mut env = BfclEnv::new(p.suite.docs.clone());
+        let mut env = (p.suite.environment())();
         let mut with_facts = 0;
-        for task in &p.suite.test {
+        for task in p.suite.tasks(Split::Test) {
             assert_eq!(task.split, Split::Test);
             let facts = pool.facts_for(task, 6, 100_000);
             assert!(!facts.is_empty(), "{}", task.id);
             with_facts += usize::from(!facts.is_empty());
-            let own = collect_seed(p.suite.task(&task.id.0).unwrap(), &mut env).expect("gt");
+            let own = p.suite.collect_seed(task, env.as_mut()).expect("gt");
             for f in &facts {
                 let from_train = seeds.iter().any(|s| s.tool_calls.contains(f));
                 assert!(
@@ -138,10 +136,16 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
         assert_eq!(p.topology.worker.policy_version().0, 0, "a skipped step");
         let kit = p.topology.kit.clone();
         let tools = p.cfg.protocol.tool_rendering;
-        let task0 = p.suite.train[0].clone();
-        let train_ids: Vec<String> = p.suite.train.iter().map(|t| t.id.0.clone()).collect();
+        let task0 = p.suite.tasks(Split::Train)[0].clone();
+        let train_ids: Vec<String> = p
+            .suite
+            .tasks(Split::Train)
+            .iter()
+            .map(|t| t.id.0.clone())
+            .collect();
         // A one-task evaluation takes the middle of the test split (tasks spread evenly).
-        let middle_test = p.suite.test[p.suite.test.len() / 2].id.0.clone();
+        let test = p.suite.tasks(Split::Test);
+        let middle_test = test[test.len() / 2].id.0.clone();
         close(p).await;
 
         // Every trajectory drawn is stored, trained or not.
@@ -261,7 +265,7 @@ fn collect_train_resume_and_eval_on_the_tiny_model() {
 
 #[test]
 fn the_learner_updates_on_a_reward_spread_and_skips_equal_rewards() {
-    use envace::actors::learner::{LearnerActor, LearnerArgs, LearnerMsg};
+    use envace::actors::learner_actor::{LearnerActor, LearnerArgs, LearnerMsg};
     use envace::actors::worker::WorkerHandle;
     use envace::kernels::{load, EngineConfig, LearnerConfig, ModelSource};
     use envace::storage::{ExecutionMode, PolicyVersion, Role, Row, TaskId, Termination, Timings};
@@ -586,7 +590,7 @@ fn the_inline_protocol_runs_every_stage_on_the_tiny_model() {
         let eval = p.eval(Variant::Envace, None).await.expect("inline eval");
         assert_eq!(eval.tasks, 1);
         let kit = p.topology.kit.clone();
-        let first_task = p.suite.train[0].clone();
+        let first_task = p.suite.tasks(Split::Train)[0].clone();
         close(p).await;
 
         let trajs = trajectories(&dir.0, TRAIN_RUN);

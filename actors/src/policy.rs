@@ -6,7 +6,7 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::engine::EngineMsg;
+use crate::engine_actor::EngineMsg;
 use crate::kernels::{GenerationRequest, SamplingParams};
 use crate::protocol::{PromptKit, ProtocolError, RolePrompt};
 use crate::slot::{ActorCallError, Slot};

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorRef};
 
-use crate::engine::{EngineActor, EngineMsg};
+use crate::engine_actor::{EngineActor, EngineMsg};
 use crate::env_actor::{EnvArgs, EnvFactory, EnvMsg, EnvironmentActor};
 use crate::episode::{Agents, ObservationSource};
 use crate::judge::{Judge, PassThroughJudge};
 use crate::judge_actor::{JudgeActor, JudgeMsg};
-use crate::learner::{LearnerActor, LearnerArgs, LearnerMsg};
-use crate::memory::{MemoryActor, MemoryMsg};
+use crate::learner_actor::{LearnerActor, LearnerArgs, LearnerMsg};
+use crate::memory_actor::{MemoryActor, MemoryMsg};
 use crate::policy::{PolicyActor, PolicyArgs, PolicyMsg};
 use crate::protocol::{protocol_for, PromptKit, Protocol, ProtocolConfig, ProtocolError};
 use crate::slot::{Pool, Slot};

@@ -22,7 +22,7 @@ use crate::kernels::{
     self, score_no_grad, Engine, EngineConfig, EngineStats, FinishReason, GenerationRequest,
     Learner, LearnerConfig, LoadedModel, Model, ScoreRow, SftStats, StepStats, Tokenizer, TrainRow,
 };
-use crate::learner::{grpo_step, LearnerStep};
+use crate::learner_actor::{grpo_step, Step};
 use crate::storage::{PolicyVersion, Trajectory};
 
 /// Padded tokens per scoring micro-batch.
@@ -82,13 +82,9 @@ pub enum Job {
     /// One GRPO optimizer step on rows with their advantages; bumps the policy version.
     Train(Vec<TrainRow>, oneshot::Sender<JobResult<StepStats>>),
     /// One role-wise GRPO step on a step's judged trajectories, with the configured learner's
-    /// advantage settings ([`crate::learner::grpo_step`]); the second field holds the ids
+    /// advantage settings ([`crate::learner_actor::grpo_step`]); the second field holds the ids
     /// that end a turn (empty rows). Bumps the policy version unless the step is skipped.
-    GrpoStep(
-        Vec<Trajectory>,
-        Vec<u32>,
-        oneshot::Sender<JobResult<LearnerStep>>,
-    ),
+    GrpoStep(Vec<Trajectory>, Vec<u32>, oneshot::Sender<JobResult<Step>>),
     /// One supervised (warm-up) optimizer step; bumps the policy version.
     Sft(Vec<ScoreRow>, oneshot::Sender<JobResult<SftStats>>),
     /// Write all weights to a safetensors file.

@@ -34,7 +34,7 @@ use envace_actors::judge::JudgeTask;
 use envace_actors::task::{EpisodeTask, Split};
 use envace_kernels::pyjson;
 use envace_storage::records::{Message, MessageRole, SeedTrajectory, TaskId, ToolExchange};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::checker::CheckerConfig;
 use super::env::tool_call_from_python;
@@ -44,11 +44,6 @@ use super::parse::ParseError;
 use super::schema::FuncDocs;
 use super::split::{ScenarioSplit, SplitError};
 use super::tasks::{load_installed, BfclTask, Category};
-
-/// The final answer a seed trajectory gives after each user turn's calls (the ground truth has
-/// calls only; the reference conversation still needs the agent to close every turn so the
-/// next user turn follows an assistant message).
-pub const SEED_FINAL_ANSWER: &str = "Done.";
 
 /// Why an episode task or a seed could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -213,13 +208,7 @@ pub fn base_episode_tasks() -> Result<(Vec<EpisodeTask>, Vec<EpisodeTask>), Epis
     Ok((suite.train, suite.test))
 }
 
-/// A seed trajectory and how many real environment calls collecting it made.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CollectedSeed {
-    pub seed: SeedTrajectory,
-    /// Number of [`Environment::execute`] calls made (one per ground-truth call).
-    pub env_calls: usize,
-}
+pub use crate::suite::{hermes_tool_calls, CollectedSeed, SEED_FINAL_ANSWER};
 
 /// Replays `task`'s ground truth in the real environment `env` (a
 /// [`super::env::BfclEnv`], or any environment offering the task's classes) and records the
@@ -328,32 +317,13 @@ fn parameter_order(tools: &[Value]) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-/// The Hermes (Qwen) text of one Act turn's calls: per call
-/// `<tool_call>\n{"name": NAME, "arguments": {…}}\n</tool_call>`, joined by `"\n"`, the JSON
-/// written as Python's `json.dumps` writes it (separators `", "` and `": "`, non-ASCII kept),
-/// which is what Qwen's chat template renders.
-pub fn hermes_tool_calls<'a>(
-    calls: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>,
-) -> String {
-    calls
-        .into_iter()
-        .map(|(name, arguments)| {
-            format!(
-                "<tool_call>\n{{\"name\": {}, \"arguments\": {}}}\n</tool_call>",
-                pyjson::compact(&Value::from(name)),
-                pyjson::compact(&Value::Object(arguments.clone()))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bfcl::env::BfclEnv;
     use envace_actors::environment::ToolCall;
     use envace_actors::judge::{Judge, TurnCalls};
+    use serde_json::Map;
 
     fn suite() -> BfclSuite {
         BfclSuite::load_base().expect("installed by `make setup`")

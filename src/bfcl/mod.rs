@@ -6,7 +6,7 @@
 //! messages), [`pyrandom`] (CPython's Mersenne Twister), [`ops`] (Python operators with their
 //! `TypeError`s), [`classes`] (the API classes), [`executor`] (BFCL's executor semantics),
 //! [`tasks`] (the four categories with ground truth), [`split`] (the stratified train/test
-//! split), [`schema`]
+//! split), [`suite`] (`multi_turn_base` as the pipeline's task suite), [`schema`]
 //! (OpenAI tool schemas per task and turn), [`env`](mod@env) (the [`Environment`] implementation),
 //! [`checker`] (BFCL's multi-turn verdicts), [`judge`] (the rule-based checklist judge that
 //! scores calls against the ground truth without executing them), [`dense`] (the same
@@ -38,6 +38,7 @@ pub mod pyrandom;
 pub mod schema;
 pub mod signature;
 pub mod split;
+pub mod suite;
 pub mod tasks;
 pub mod value;
 

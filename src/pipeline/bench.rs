@@ -17,9 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use super::seed_rows::{first_user_turns, seed_rows};
 use super::{secs, Pipeline, TRAIN_RUN};
-use crate::actors::learner::LearnerMsg;
-use crate::actors::memory::MemoryMsg;
+use crate::actors::learner_actor::LearnerMsg;
+use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::worker::{Job, WorkerError};
+use crate::actors::Split;
 use crate::kernels::{EngineStats, GenerationRequest, SamplingParams, TrainRow};
 use crate::storage::{Role, RunId, Termination};
 
@@ -119,7 +120,7 @@ impl Pipeline {
         let context = self.topology.worker.info().context_len;
         let mut out = ReplayBench::default();
         let mut trajectories = Vec::new();
-        for task in self.suite.train.iter() {
+        for task in self.suite.tasks(Split::Train) {
             if trajectories.len() == self.cfg.train.tasks_per_step {
                 break;
             }

@@ -1,14 +1,14 @@
-//! `collect`: replays the ground truth of the train split in the real environment and stores
-//! the seed trajectories (with real observations) in sled. Test tasks never get a seed.
+//! `collect`: replays the reference solutions of the train split in the suite's real
+//! environment ([`crate::suite::TaskSuite::collect_seed`]) and stores the seed trajectories
+//! (with real observations) in sled. Test tasks never get a seed.
 
 use std::time::Instant;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use super::{progress, secs, Pipeline};
-use crate::actors::memory::MemoryMsg;
-use crate::bfcl::env::BfclEnv;
-use crate::bfcl::episode::collect_seed;
+use crate::actors::memory_actor::MemoryMsg;
+use crate::actors::Split;
 use crate::report::StageReport;
 use crate::storage::Task;
 
@@ -21,34 +21,23 @@ impl Pipeline {
     pub async fn collect(&mut self) -> Result<StageReport> {
         let start = Instant::now();
         let limit = self.cfg.collect.tasks.unwrap_or(usize::MAX);
-        let train: Vec<_> = self.suite.train.iter().take(limit).collect();
+        let train: Vec<_> = self.suite.tasks(Split::Train).iter().take(limit).collect();
         let bar = progress(train.len() as u64, "collect");
-        let mut env = BfclEnv::new(self.suite.docs.clone());
+        let mut env = (self.suite.environment())();
         let mut seeds = Vec::with_capacity(train.len());
         let mut calls = 0u64;
         for task in &train {
-            let bfcl = self
-                .suite
-                .task(&task.id.0)
-                .ok_or_else(|| anyhow!("task {} is missing from the suite", task.id))?;
-            let collected = collect_seed(bfcl, &mut env)?;
+            let collected = self.suite.collect_seed(task, env.as_mut())?;
             calls += collected.env_calls as u64;
             seeds.push(collected.seed);
             bar.inc(1);
         }
         bar.finish_and_clear();
         metrics::counter!("seed_env_calls").increment(calls);
-        let tasks: Vec<Task> = self
-            .suite
-            .train
-            .iter()
-            .chain(&self.suite.test)
-            .map(|t| Task {
-                id: t.id.clone(),
-                category: "multi_turn_base".into(),
-                split: t.split.name().into(),
-                payload_json: t.env.spec.to_string(),
-            })
+        let tasks: Vec<Task> = [Split::Train, Split::Test]
+            .into_iter()
+            .flat_map(|split| self.suite.tasks(split))
+            .map(|t| self.suite.stored_task(t))
             .collect();
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTasks(tasks, r))

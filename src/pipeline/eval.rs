@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 
 use super::{progress, secs, Pipeline, SFT_RUN, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, transcript, EpisodeConfig, EpisodeSpec};
-use crate::actors::memory::MemoryMsg;
+use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::protocol::parse_act;
 use crate::actors::{EpisodeTask, Judge, Split, ToolCall};
 use crate::bfcl::dense::{match_calls, DenseChecklistJudge};
@@ -98,10 +98,7 @@ impl Pipeline {
     /// `eval.split` is not `train` or `test`; `limit` is 0.
     pub fn eval_tasks(&self, limit: Option<usize>) -> Result<(Split, Vec<EpisodeTask>)> {
         let split = self.cfg.eval.split;
-        let tasks = match split {
-            Split::Train => &self.suite.train,
-            Split::Test => &self.suite.test,
-        };
+        let tasks = self.suite.tasks(split);
         let n = limit.or(self.cfg.eval.tasks).unwrap_or(tasks.len());
         if n == 0 {
             bail!("evaluating 0 tasks measures nothing: --limit and eval.tasks must be at least 1");
@@ -197,8 +194,8 @@ impl Pipeline {
         let judge = self
             .topology
             .start_judge(
-                &format!("bfcl-checker-{name}"),
-                Arc::new(self.suite.checker_judge(Default::default())),
+                &format!("evaluation-judge-{name}"),
+                self.suite.evaluation_judge(),
             )
             .await?;
         let agents = self.topology.real_agents(judge)?;

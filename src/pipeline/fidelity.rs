@@ -31,8 +31,6 @@ use crate::actors::policy::{PolicyMsg, PolicyRequest, PolicyTurn};
 use crate::actors::protocol::{canonical_result, Protocol, RolePrompt};
 use crate::actors::slot::Pool;
 use crate::actors::EpisodeTask;
-use crate::bfcl::env::BfclEnv;
-use crate::bfcl::episode::collect_seed;
 use crate::bfcl::judge::json_eq;
 use crate::kernels::SamplingParams;
 use crate::report::{FidelityCall, FidelityReport};
@@ -184,7 +182,7 @@ impl Pipeline {
     ) -> Result<FidelityReport> {
         let start = Instant::now();
         let pool = self.seed_pool().await?;
-        let mut env = BfclEnv::new(self.suite.docs.clone());
+        let mut env = (self.suite.environment())();
         let params = SamplingParams {
             temperature: 0.0,
             max_new_tokens: self.cfg.rollout.rehearse_max_new_tokens,
@@ -193,11 +191,7 @@ impl Pipeline {
         let mut requests = Vec::new();
         let mut real_env_calls = 0u64;
         for task in tasks {
-            let bfcl = self
-                .suite
-                .task(&task.id.0)
-                .ok_or_else(|| anyhow!("fidelity: task {} has no ground truth", task.id))?;
-            let replay = collect_seed(bfcl, &mut env)?;
+            let replay = self.suite.collect_seed(task, env.as_mut())?;
             real_env_calls += replay.env_calls as u64;
             let rows = seed_rows(
                 &self.topology.kit,
@@ -215,9 +209,8 @@ impl Pipeline {
             for (row, call) in calls {
                 let class = self
                     .suite
-                    .docs
-                    .find(&bfcl.involved_classes, &call.call.name)
-                    .map_or_else(|| "unknown".to_string(), |d| d.class.clone());
+                    .tool_group(task, &call.call.name)
+                    .unwrap_or_else(|| "unknown".to_string());
                 requests.push(FidelityRequest {
                     task: task.id.0.clone(),
                     class,

@@ -1,6 +1,7 @@
 //! The EnvACE pipeline on actors: seed collection, supervised warm-up, self-rehearsal role-wise
-//! GRPO (zero real environment calls) and real-environment evaluation, on BFCL
-//! `multi_turn_base` with its fixed train/test split.
+//! GRPO (zero real environment calls) and real-environment evaluation, on the task suite the
+//! config names (`environment`, default BFCL `multi_turn_base` with its fixed train/test split;
+//! [`crate::suite`]).
 //!
 //! A [`Pipeline`] owns one run folder: `config.toml`, `db/` (sled: tasks, seeds, trajectories,
 //! run state, checkpoint records), `checkpoints/` (safetensors weights), `report.json` and
@@ -22,16 +23,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::actors::env_actor::EnvFactory;
-use crate::actors::learner::LearnerMsg;
-use crate::actors::memory::MemoryMsg;
+use crate::actors::learner_actor::LearnerMsg;
+use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::protocol::{PromptKit, SeedPool};
 use crate::actors::slot::Slot;
 use crate::actors::topology::{Topology, TopologyBuilder};
 use crate::actors::worker::WorkerHandle;
-use crate::actors::{Environment, Split};
-use crate::bfcl::env::BfclEnv;
-use crate::bfcl::episode::BfclSuite;
 use crate::config::RunConfig;
 use crate::kernels::{load, ModelSource};
 use crate::registry::JudgeContext;
@@ -39,6 +36,7 @@ use crate::report::{RunReport, StageReport};
 use crate::run_folder::{config_changes, config_hash, RunLock};
 use crate::runtime::resolve;
 use crate::storage::{Checkpoint, Store, StoreOptions};
+use crate::suite::{split_of, TaskSuite};
 use crate::telemetry::{install_metrics_recorder, MetricsHandle};
 
 pub use bench::{peak_rss_mib, reset_peak_rss, PhaseCost, ReplayBench, RolloutBench};
@@ -56,7 +54,8 @@ pub struct Pipeline {
     pub cfg: RunConfig,
     pub dir: PathBuf,
     pub store: Arc<Store>,
-    pub suite: BfclSuite,
+    /// The run's tasks, real environment and evaluation judge (`environment` in the config).
+    pub suite: Arc<dyn TaskSuite>,
     pub topology: Topology,
     pub report: RunReport,
     pub metrics: MetricsHandle,
@@ -116,12 +115,14 @@ impl Pipeline {
     /// # Errors
     /// Another process holds the folder; without `how.create`, `dir` holds no run; with it,
     /// `cfg` changes the keys of a run already in `dir` (the message lists them) and
-    /// `how.allow_config_change` is off; `cfg.judge` is not in the judge registry
-    /// ([`crate::registry`]); the model, BFCL data or store cannot be loaded, or an actor does
-    /// not start.
+    /// `how.allow_config_change` is off; `cfg.judge` or `cfg.environment` is not in the
+    /// registry ([`crate::registry`]); the model, the suite or the store cannot be loaded, or an
+    /// actor does not start.
     pub async fn open_with(cfg: RunConfig, dir: &Path, preset: &str, how: RunOpen) -> Result<Self> {
         // A judge name that is not registered fails before anything is loaded or written.
-        crate::registry::installed().check_judge(cfg.judge.as_str())?;
+        let registry = crate::registry::installed();
+        registry.check_judge(cfg.judge.as_str())?;
+        registry.check_suite(cfg.environment.as_str())?;
         let config_file = dir.join("config.toml");
         if how.create {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -210,16 +211,17 @@ impl Pipeline {
             Store::open(dir.join("db"), StoreOptions::default())
                 .with_context(|| format!("opening {}", dir.join("db").display()))?,
         );
-        let suite = BfclSuite::load_base().context("loading BFCL multi_turn_base")?;
-        let judge = crate::registry::installed()
-            .judge(cfg.judge.as_str(), &JudgeContext { suite: &suite })?;
-        let docs = suite.docs.clone();
-        let factory: EnvFactory =
-            Arc::new(move || Box::new(BfclEnv::new(docs.clone())) as Box<dyn Environment>);
+        let suite = registry.suite(cfg.environment.as_str())?;
+        let judge = registry.judge(
+            cfg.judge.as_str(),
+            &JudgeContext {
+                suite: suite.as_ref(),
+            },
+        )?;
         let topology = TopologyBuilder::new(worker, kit, store.clone())
             .spec(cfg.topology)
             .judge(judge)
-            .environment(factory)
+            .environment(suite.environment())
             .protocol_config(&cfg.protocol)
             .start()
             .await?;
@@ -267,14 +269,7 @@ impl Pipeline {
         let seeds = self.memory().ask("memory", MemoryMsg::Seeds).await??;
         let pool = seeds
             .into_iter()
-            .map(|s| {
-                let split = if self.suite.train.iter().any(|t| t.id == s.task) {
-                    Split::Train
-                } else {
-                    Split::Test
-                };
-                (split, s)
-            })
+            .map(|s| (split_of(self.suite.as_ref(), &s.task), s))
             .collect();
         Ok(SeedPool::new(pool))
     }

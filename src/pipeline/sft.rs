@@ -29,10 +29,9 @@ use rand::SeedableRng;
 
 use super::seed_rows::{seed_rows, SeedRow};
 use super::{progress, secs, Pipeline, SFT_RUN};
-use crate::actors::learner::LearnerMsg;
-use crate::actors::memory::MemoryMsg;
-use crate::actors::EpisodeTask;
-use crate::bfcl::tasks::id_index;
+use crate::actors::learner_actor::LearnerMsg;
+use crate::actors::memory_actor::MemoryMsg;
+use crate::actors::{EpisodeTask, Split};
 use crate::kernels::ScoreRow;
 use crate::report::{SftReport, SftRoleRows, SftStepMetrics, StageReport};
 use crate::storage::{Checkpoint, Role, RunId, RunState, SeedTrajectory};
@@ -113,7 +112,7 @@ impl Pipeline {
             .iter()
             .filter_map(|s| {
                 self.suite
-                    .train
+                    .tasks(Split::Train)
                     .iter()
                     .find(|t| t.id == s.task)
                     .map(|t| (s, t))
@@ -300,34 +299,21 @@ impl Pipeline {
         Ok(stage)
     }
 
-    /// Train task id → the name of its stratum in the split.
+    /// Train task id → the name of its stratum ([`crate::suite::TaskSuite::stratum`]).
     fn stratum_names(&self) -> BTreeMap<String, String> {
-        let by_index: BTreeMap<usize, &String> = self
-            .suite
-            .split
-            .strata
-            .iter()
-            .flat_map(|(key, s)| s.train.iter().map(move |&i| (i, key)))
-            .collect();
         self.suite
-            .train
+            .tasks(Split::Train)
             .iter()
-            .filter_map(|t| {
-                let key = by_index.get(&id_index(&t.id.0)?)?;
-                Some((t.id.0.clone(), (*key).clone()))
-            })
+            .filter_map(|t| Some((t.id.0.clone(), self.suite.stratum(t)?)))
             .collect()
     }
 
     /// Saves the weights as the `sft` checkpoint and commits its record.
     async fn save_sft_checkpoint(&self) -> Result<()> {
         let path = self.checkpoint_path(SFT_RUN);
-        let p = path.clone();
-        self.topology
-            .worker
-            .request(|tx| crate::actors::worker::Job::Save(p, tx))
+        self.save_weights(path.clone())
             .await
-            .map_err(|e| anyhow!("saving the warm-up checkpoint: {e}"))?;
+            .context("saving the warm-up checkpoint")?;
         crate::kernels::fault::crash_point("sft-saved");
         let run = RunId::from(SFT_RUN);
         let steps = self.report.sft.steps.len() as u64;

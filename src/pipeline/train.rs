@@ -21,10 +21,10 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use super::{progress, secs, Pipeline, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeSpec};
-use crate::actors::learner::{grpo_batch, LearnerMsg, RoleStats};
-use crate::actors::memory::MemoryMsg;
+use crate::actors::learner_actor::{grpo_batch, LearnerMsg, RoleStats};
+use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::protocol::SeedPool;
-use crate::actors::worker::Job;
+use crate::actors::Split;
 use crate::config::TrainConfig;
 use crate::kernels::fault::crash_point;
 use crate::kernels::GrpoConfig;
@@ -138,9 +138,9 @@ impl Pipeline {
             if state.exists() {
                 let s = state.clone();
                 self.topology
-                    .worker
-                    .request(|tx| Job::LoadLearner(s, tx))
-                    .await
+                    .learner
+                    .ask("learner", |r| LearnerMsg::LoadState(s, r))
+                    .await?
                     .map_err(|e| {
                         anyhow!("restoring the optimizer from {}: {e}", state.display())
                     })?;
@@ -170,7 +170,7 @@ impl Pipeline {
             let draw = self
                 .draw_step(&agents, &pool, &run, step, cursor, &stop_ids)
                 .await;
-            cursor = (cursor + draw.tasks) % self.suite.train.len();
+            cursor = (cursor + draw.tasks) % self.suite.tasks(Split::Train).len();
             let calls = training_calls(self, eval_calls);
             if calls != 0 {
                 bail!("train: {calls} real environment calls during self-rehearsal training (must be 0)");
@@ -253,9 +253,9 @@ impl Pipeline {
                     let state = learner_state_path(&path);
                     let s = state.clone();
                     self.topology
-                        .worker
-                        .request(|tx| Job::SaveLearner(s, tx))
-                        .await
+                        .learner
+                        .ask("learner", |r| LearnerMsg::SaveState(s, r))
+                        .await?
                         .map_err(|e| anyhow!("saving the optimizer to {}: {e}", state.display()))?;
                     crash_point("train-state-saved");
                     path
@@ -487,9 +487,9 @@ impl Pipeline {
     pub async fn save_weights(&self, path: PathBuf) -> Result<()> {
         let p = path.clone();
         self.topology
-            .worker
-            .request(|tx| Job::Save(p, tx))
-            .await
+            .learner
+            .ask("learner", |r| LearnerMsg::SaveWeights(p, r))
+            .await?
             .map_err(|e| anyhow!("saving weights to {}: {e}", path.display()))
     }
 
@@ -500,9 +500,9 @@ impl Pipeline {
     pub async fn load_weights(&self, path: PathBuf, version: PolicyVersion) -> Result<()> {
         let p = path.clone();
         self.topology
-            .worker
-            .request(|tx| Job::Load(p, version, tx))
-            .await
+            .learner
+            .ask("learner", |r| LearnerMsg::LoadWeights(p, version, r))
+            .await?
             .map_err(|e| anyhow!("loading weights from {}: {e}", path.display()))
     }
 }
@@ -531,7 +531,7 @@ impl Pipeline {
     ) -> StepDraw {
         draw_groups(
             &self.cfg.train,
-            self.suite.train.len(),
+            self.suite.tasks(Split::Train).len(),
             stop_ids,
             |offset, n| self.rollout_group(agents, pool, run, step, cursor + offset, n, offset),
         )
@@ -554,7 +554,7 @@ impl Pipeline {
         n: usize,
         offset: usize,
     ) -> Vec<Trajectory> {
-        let train = &self.suite.train;
+        let train = self.suite.tasks(Split::Train);
         let mut set = tokio::task::JoinSet::new();
         for i in 0..n {
             let task = Arc::new(train[(cursor + i) % train.len()].clone());

@@ -18,9 +18,9 @@ use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{progress, secs, Pipeline, Variant};
-use crate::actors::engine::EngineMsg;
+use crate::actors::engine_actor::EngineMsg;
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeConfig, EpisodeSpec};
-use crate::actors::memory::MemoryMsg;
+use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::protocol::{condense, critique_messages};
 use crate::actors::{EpisodeTask, PassThroughJudge};
 use crate::kernels::{GenerationRequest, SamplingParams};
@@ -148,10 +148,7 @@ impl Pipeline {
         };
         let checker = self
             .topology
-            .start_judge(
-                "bfcl-checker-tts",
-                Arc::new(self.suite.checker_judge(Default::default())),
-            )
+            .start_judge("evaluation-judge-tts", self.suite.evaluation_judge())
             .await?;
         let real_agents = self.topology.real_agents(checker.clone())?;
         let eval = self.eval_episode_config();

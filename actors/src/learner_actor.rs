@@ -1,8 +1,10 @@
-//! The Learner actor: turns a step's judged trajectories into role-wise GRPO rows and has the
-//! model thread take one optimizer step on the shared weights (no copy); also runs supervised
-//! warm-up steps.
+//! The Learner actor: turns a step's judged trajectories into a [`Batch`] of role-wise GRPO
+//! rows ([`grpo_batch`]) and has the model thread take one optimizer [`Step`] on the shared
+//! weights (no copy); also runs supervised warm-up steps and saves and loads the weights and
+//! the optimizer state, so every change of the weights goes through this actor.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::{Deserialize, Serialize};
@@ -27,9 +29,10 @@ pub struct RoleStats {
     pub adv_std: f64,
 }
 
-/// One step's training rows with their bookkeeping.
+/// One step's training rows with their bookkeeping: what [`grpo_batch`] makes of a step's
+/// trajectories and the model thread trains on.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GrpoBatch {
+pub struct Batch {
     /// Rows to train, in trajectory order, then row order.
     pub rows: Vec<TrainRow>,
     /// Per trajectory, per row: the advantage it trains with (same shape as the trajectories'
@@ -45,7 +48,7 @@ pub struct GrpoBatch {
 /// empty-row reward when its completion is only end tokens in `stop_ids`); advantages are
 /// role-wise over the rows of the same task and role; the learner trains on the exact sampled
 /// ids against their sampling log-probs. Prompt positions are never trained.
-pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32]) -> GrpoBatch {
+pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32]) -> Batch {
     let mut metas: Vec<RowMeta<&TaskId, Role>> = Vec::new();
     let mut index = Vec::new();
     for (t, traj) in trajectories.iter().enumerate() {
@@ -105,7 +108,7 @@ pub fn grpo_batch(trajectories: &[Trajectory], cfg: &GrpoConfig, stop_ids: &[u32
         .flat_map(|t| &t.rows)
         .filter(|r| r.completion_ids.is_empty())
         .count() as u64;
-    GrpoBatch {
+    Batch {
         rows,
         advantages,
         per_role,
@@ -127,8 +130,8 @@ pub(crate) fn grpo_step(
     trajectories: &[Trajectory],
     stop_ids: &[u32],
     before_step: impl FnOnce(),
-) -> JobResult<LearnerStep> {
-    let GrpoBatch {
+) -> JobResult<Step> {
+    let Batch {
         rows,
         advantages,
         per_role,
@@ -146,7 +149,7 @@ pub(crate) fn grpo_step(
         before_step();
         learner.step(&rows)?
     };
-    Ok(LearnerStep {
+    Ok(Step {
         stats,
         per_role,
         advantages,
@@ -158,7 +161,7 @@ pub(crate) fn grpo_step(
 
 /// What one GRPO step did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LearnerStep {
+pub struct Step {
     /// The optimizer step's numbers (loss, grad norm, clip fraction, KL, tokens, seconds).
     pub stats: StepStats,
     /// Reward and advantage statistics per role.
@@ -175,14 +178,23 @@ pub struct LearnerStep {
     pub policy_version: PolicyVersion,
 }
 
-/// Messages of the Learner actor.
+/// Messages of the Learner actor: every change of the shared weights and optimizer goes
+/// through it (the model thread runs it).
 pub enum LearnerMsg {
     /// (Re)build the optimizer (fresh AdamW state) with this configuration.
     Configure(Box<LearnerConfig>, RpcReplyPort<JobResult<()>>),
     /// One role-wise GRPO step on a step's trajectories (all K samples of each task).
-    GrpoStep(Vec<Trajectory>, RpcReplyPort<JobResult<LearnerStep>>),
+    GrpoStep(Vec<Trajectory>, RpcReplyPort<JobResult<Step>>),
     /// One supervised warm-up step.
     SftStep(Vec<ScoreRow>, RpcReplyPort<JobResult<SftStats>>),
+    /// Write the shared weights to a safetensors file, durably and atomically.
+    SaveWeights(PathBuf, RpcReplyPort<JobResult<()>>),
+    /// Replace the shared weights with a saved file and set the policy version.
+    LoadWeights(PathBuf, PolicyVersion, RpcReplyPort<JobResult<()>>),
+    /// Write the optimizer state (AdamW moments, f32 masters, step counts) to a file.
+    SaveState(PathBuf, RpcReplyPort<JobResult<()>>),
+    /// Restore an optimizer state written by `SaveState`, after the weights it belongs to.
+    LoadState(PathBuf, RpcReplyPort<JobResult<()>>),
 }
 
 /// Arguments of the Learner actor.
@@ -212,6 +224,18 @@ pub struct LearnerState {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LearnerActor;
 
+/// Sends the job `make` builds to the model thread and its result to `reply`, on a task of its
+/// own.
+fn forward<T: Send + 'static>(
+    worker: WorkerHandle,
+    reply: RpcReplyPort<JobResult<T>>,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<JobResult<T>>) -> Job + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let _ = reply.send(worker.request(make).await);
+    });
+}
+
 impl Actor for LearnerActor {
     type Msg = LearnerMsg;
     type State = LearnerState;
@@ -232,25 +256,32 @@ impl Actor for LearnerActor {
         state: &mut LearnerState,
     ) -> Result<(), ActorProcessingErr> {
         let worker = state.args.worker.clone();
+        // Each request runs on its own task, so the actor's mailbox never waits on the model
+        // thread; the model thread itself runs jobs one at a time, in arrival order.
         match msg {
             LearnerMsg::Configure(cfg, reply) => {
-                tokio::spawn(async move {
-                    let _ = reply.send(worker.request(|tx| Job::SetLearner(cfg, tx)).await);
-                });
+                forward(worker, reply, move |tx| Job::SetLearner(cfg, tx))
             }
             LearnerMsg::GrpoStep(trajectories, reply) => {
                 let stop_ids = state.args.stop_ids.clone();
-                tokio::spawn(async move {
-                    let out = worker
-                        .request(|tx| Job::GrpoStep(trajectories, stop_ids, tx))
-                        .await;
-                    let _ = reply.send(out);
+                forward(worker, reply, |tx| {
+                    Job::GrpoStep(trajectories, stop_ids, tx)
                 });
             }
             LearnerMsg::SftStep(rows, reply) => {
-                tokio::spawn(async move {
-                    let _ = reply.send(worker.request(|tx| Job::Sft(rows, tx)).await);
-                });
+                forward(worker, reply, move |tx| Job::Sft(rows, tx))
+            }
+            LearnerMsg::SaveWeights(path, reply) => {
+                forward(worker, reply, move |tx| Job::Save(path, tx))
+            }
+            LearnerMsg::LoadWeights(path, version, reply) => {
+                forward(worker, reply, move |tx| Job::Load(path, version, tx));
+            }
+            LearnerMsg::SaveState(path, reply) => {
+                forward(worker, reply, move |tx| Job::SaveLearner(path, tx));
+            }
+            LearnerMsg::LoadState(path, reply) => {
+                forward(worker, reply, move |tx| Job::LoadLearner(path, tx));
             }
         }
         Ok(())
