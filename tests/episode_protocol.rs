@@ -1093,3 +1093,69 @@ fn a_rollout_that_plays_a_seed_has_the_seed_rows_in_both_protocols() {
         });
     }
 }
+
+/// A user's own actor for [`a_users_actor_runs_and_restarts_under_the_topologys_supervisor`]:
+/// adds to a counter that starts at its argument; `None` panics.
+#[derive(Clone)]
+struct Tally;
+
+impl ractor::Actor for Tally {
+    type Msg = (Option<u64>, ractor::RpcReplyPort<u64>);
+    type State = u64;
+    type Arguments = u64;
+
+    async fn pre_start(
+        &self,
+        _myself: ractor::ActorRef<Self::Msg>,
+        start: u64,
+    ) -> Result<u64, ractor::ActorProcessingErr> {
+        Ok(start)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ractor::ActorRef<Self::Msg>,
+        (add, reply): Self::Msg,
+        total: &mut u64,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        let Some(add) = add else {
+            panic!("tally asked to fail");
+        };
+        *total += add;
+        let _ = reply.send(*total);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_users_actor_runs_and_restarts_under_the_topologys_supervisor() {
+    rt().block_on(async {
+        let w = world(good_policy(), Arc::new(RuleChecklistJudge), 4096).await;
+        let starts = Arc::new(AtomicU64::new(0));
+        let counted = starts.clone();
+        let tally = w
+            .topology
+            .start_actor("tally", Tally, move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                10
+            })
+            .await
+            .expect("a user's actor starts");
+        assert_eq!(tally.ask("tally", |r| (Some(5), r)).await.expect("add"), 15);
+        assert_eq!(tally.ask("tally", |r| (Some(1), r)).await.expect("add"), 16);
+        assert_eq!(w.topology.restarts().await, 0);
+        // The panic drops the reply port: the caller gets an error, not a hang.
+        assert!(tally.ask("tally", |r| (None, r)).await.is_err());
+        // The supervisor handles the failure in its own mailbox; wait for the restart it
+        // records there (bounded, so a missing restart fails the test).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while w.topology.restarts().await == 0 {
+            assert!(std::time::Instant::now() < deadline, "no restart");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(starts.load(Ordering::SeqCst), 2, "started, then restarted");
+        // The same slot serves the replacement, with fresh state from its arguments.
+        assert_eq!(tally.ask("tally", |r| (Some(2), r)).await.expect("add"), 12);
+        w.topology.stop();
+    });
+}

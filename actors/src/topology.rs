@@ -311,13 +311,23 @@ impl Topology {
         name: &str,
         judge: Arc<dyn Judge>,
     ) -> Result<Slot<JudgeMsg>, StartError> {
-        start_child(
-            &self.supervisor,
-            name,
-            JudgeActor,
-            Arc::new(move || judge.clone()),
-        )
-        .await
+        self.start_actor(name, JudgeActor, move || judge.clone())
+            .await
+    }
+
+    /// Starts a user's own actor under the topology's supervisor: when it fails it is
+    /// restarted (with arguments from `args`, up to the topology's `max_restarts`) and the
+    /// returned slot serves the replacement, as for the built-in actors.
+    ///
+    /// # Errors
+    /// [`StartError`] naming `name` when it cannot start.
+    pub async fn start_actor<A: Actor + Clone>(
+        &self,
+        name: &str,
+        actor: A,
+        args: impl Fn() -> A::Arguments + Send + Sync + 'static,
+    ) -> Result<Slot<A::Msg>, StartError> {
+        start_child(&self.supervisor, name, actor, Arc::new(args)).await
     }
 
     /// The agents of a self-rehearsal episode (no environment).
