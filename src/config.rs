@@ -40,6 +40,44 @@ pub struct RunConfig {
     pub eval: EvalConfig,
     /// Test-time scaling (private rehearsal before the committed execution).
     pub tts: crate::pipeline::TtsConfig,
+    /// The long-running training daemon (`envace daemon`): checkpoint cadence and retention.
+    pub daemon: DaemonConfig,
+}
+
+/// `[daemon]`: how `envace daemon` checkpoints a run that goes on for days. (The batch
+/// `envace train` checkpoints every step and keeps only the last.) Periodic evaluation uses
+/// `train.eval_every` and `train.eval_tasks`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Write a checkpoint after every this many steps. Default 10.
+    pub checkpoint_every_steps: u64,
+    /// … and when this many minutes passed since the last one (`None`: steps only). Default 30.
+    pub checkpoint_every_minutes: Option<f64>,
+    /// Checkpoints kept: the last `keep_last` (at least 1). Default 3.
+    pub keep_last: usize,
+    /// Also keep the checkpoint with the best periodic evaluation (checklist score). Default on.
+    pub keep_best: bool,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            checkpoint_every_steps: 10,
+            checkpoint_every_minutes: Some(30.0),
+            keep_last: 3,
+            keep_best: true,
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// [`DaemonConfig::checkpoint_every_minutes`] as a duration.
+    pub fn checkpoint_interval(&self) -> Option<std::time::Duration> {
+        self.checkpoint_every_minutes
+            .filter(|m| m.is_finite() && *m > 0.0)
+            .map(|m| std::time::Duration::from_secs_f64(m * 60.0))
+    }
 }
 
 /// Which model and in which dtype.
@@ -276,7 +314,7 @@ impl RunConfig {
         c.protocol.max_fact_chars = 200;
         c.topology = TopologySpec {
             policy_workers: 8,
-            max_restarts: 10,
+            ..TopologySpec::default()
         };
         c.judge = JudgeName(crate::registry::DENSE_CHECKLIST.into());
         // A seed's user turn takes two Act turns (the calls, then the answer): a third leaves
@@ -419,6 +457,19 @@ impl RunConfig {
             .check_suite(self.environment.as_str())
             .map_err(|e| e.to_string())?;
         positive(self.train.tasks_per_step, "train.tasks_per_step")?;
+        positive(
+            self.daemon.checkpoint_every_steps as usize,
+            "daemon.checkpoint_every_steps",
+        )?;
+        positive(self.daemon.keep_last, "daemon.keep_last")?;
+        if let Some(m) = self.daemon.checkpoint_every_minutes {
+            if !(m.is_finite() && m > 0.0) {
+                return Err(format!(
+                    "daemon.checkpoint_every_minutes = {m}: must be a positive number of minutes \
+                     (or left out)"
+                ));
+            }
+        }
         positive(self.train.k as usize, "train.k")?;
         positive(self.sft.seeds_per_step, "sft.seeds_per_step")?;
         positive(self.sft.epochs as usize, "sft.epochs")?;

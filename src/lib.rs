@@ -30,6 +30,7 @@ pub mod bfcl;
 pub mod cli;
 pub mod config;
 pub mod conformance;
+pub mod daemon;
 pub mod pipeline;
 pub mod plot;
 pub mod registry;

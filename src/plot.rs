@@ -67,6 +67,9 @@ pub enum PlotError {
 ///   values) with their 95 % intervals;
 /// * the gradient norm of each update (skipped steps have none).
 ///
+/// A judge swapped while the run went on (`train.judges`) is a dashed vertical line in every
+/// panel at the steps done when it took over, labelled with the judge's name.
+///
 /// Non-finite values are left out. An empty panel says so. The parent directory must exist.
 pub fn plot_training(path: &Path, train: &TrainReport) -> Result<(), PlotError> {
     if !register_fonts() {
@@ -110,6 +113,14 @@ pub fn plot_training(path: &Path, train: &TrainReport) -> Result<(), PlotError> 
             .map(at)
             .chain(train.evals.iter().map(|e| e.step as f64)),
     );
+    // A change in force from step s (0-based) takes over after s steps done.
+    let marks: Vec<(f64, String)> = train
+        .judges
+        .iter()
+        .map(|j| (j.step as f64, format!("judge: {}", j.judge)))
+        .collect();
+    let draw_panel =
+        |area, x, y_desc, curves, empty| draw_panel(area, x, y_desc, curves, empty, &marks);
     draw_panel(
         &panels[0],
         x.clone(),
@@ -207,6 +218,7 @@ fn draw_panel<'a>(
     y_desc: &str,
     curves: Vec<Curve>,
     empty: &str,
+    marks: &[(f64, String)],
 ) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'a> as DrawingBackend>::ErrorType>> {
     // Fractions keep their whole [0, 1] scale, so an all-zero series reads as zero.
     let y = if y_desc == FRACTION {
@@ -223,7 +235,7 @@ fn draw_panel<'a>(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(x.clone(), y)?;
+        .build_cartesian_2d(x.clone(), y.clone())?;
     // Steps are whole numbers: one label per step up to 10 steps.
     let x_labels = ((x.end - x.start).round() as usize + 1).clamp(2, 11);
     chart
@@ -243,6 +255,23 @@ fn draw_panel<'a>(
             (FONT, 18).into_font().color(&BLACK.mix(0.6)),
         ))?;
         return Ok(());
+    }
+    for (mx, label) in marks.iter().filter(|(mx, _)| x.contains(mx)) {
+        // Dashed: short segments along the line.
+        let n = 24;
+        let dy = (y.end - y.start) / f64::from(2 * n);
+        chart.draw_series((0..n).map(|i| {
+            let y0 = y.start + f64::from(2 * i) * dy;
+            PathElement::new(
+                vec![(*mx, y0), (*mx, y0 + dy)],
+                BLACK.mix(0.5).stroke_width(1),
+            )
+        }))?;
+        chart.draw_series(std::iter::once(Text::new(
+            label.clone(),
+            (*mx, y.end),
+            (FONT, 12).into_font().color(&BLACK.mix(0.7)),
+        )))?;
     }
     for curve in curves.into_iter().filter(|c| !c.points.is_empty()) {
         let color = curve.color;
@@ -402,6 +431,12 @@ mod tests {
             &TrainReport {
                 steps: s,
                 evals,
+                // A judge swap marked at 3 steps done.
+                judges: vec![crate::pipeline::control::JudgeChange {
+                    step: 3,
+                    judge: "rule_checklist".into(),
+                    requested_unix_s: 0,
+                }],
                 ..TrainReport::default()
             },
         );

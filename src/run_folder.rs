@@ -76,7 +76,7 @@ impl RunLock {
 }
 
 /// Keys a run may change between its processes: the step budget (to extend a run),
-/// evaluation settings, worker counts and engine batching. Every other key changes what the
+/// evaluation settings, worker counts, engine batching and the daemon's checkpoint cadence. Every other key changes what the
 /// steps already taken mean (`train.k`, `seed`, a learning rate, the judge, …).
 pub const RESUME_SAFE: &[&str] = &[
     "train.steps",
@@ -86,6 +86,7 @@ pub const RESUME_SAFE: &[&str] = &[
     "tts.",
     "topology.",
     "engine.",
+    "daemon.",
 ];
 
 /// `key → value` (as TOML text) of every key of `toml_text` outside [`RESUME_SAFE`], dotted

@@ -45,12 +45,32 @@ static HANDLE: OnceLock<MetricsHandle> = OnceLock::new();
 /// Idempotent: later calls return a handle to the same recorder. If some other recorder was
 /// installed first, a warning is logged and the handle's snapshots stay empty.
 pub fn install_metrics_recorder() -> MetricsHandle {
-    HANDLE
+    install_metrics_recorder_with(None)
+}
+
+/// [`install_metrics_recorder`], with every metric also sent to `also` (the daemon's
+/// Prometheus recorder) through a fan-out. Only the first install in a process takes effect:
+/// `also` is dropped (with a warning) when a recorder is installed already.
+pub fn install_metrics_recorder_with(
+    also: Option<Box<dyn Recorder + Send + Sync>>,
+) -> MetricsHandle {
+    let mut also = also;
+    let handle = HANDLE
         .get_or_init(|| {
             // Leaked so the handle can write gauges back into the very recorder `metrics` uses.
             let recorder: &'static DebuggingRecorder =
                 Box::leak(Box::new(DebuggingRecorder::new()));
-            if metrics::set_global_recorder(recorder).is_err() {
+            let installed = match also.take() {
+                Some(other) => metrics::set_global_recorder(
+                    metrics_util::layers::FanoutBuilder::default()
+                        .add_recorder(recorder)
+                        .add_recorder(BoxedRecorder(other))
+                        .build(),
+                )
+                .is_ok(),
+                None => metrics::set_global_recorder(recorder).is_ok(),
+            };
+            if !installed {
                 tracing::warn!(
                     "a metrics recorder was already installed; run report metrics stay empty"
                 );
@@ -61,7 +81,50 @@ pub fn install_metrics_recorder() -> MetricsHandle {
                 totals: Arc::default(),
             }
         })
-        .clone()
+        .clone();
+    if also.is_some() {
+        tracing::warn!("a metrics recorder was already installed; the exporter gets no metrics");
+    }
+    handle
+}
+
+/// A boxed recorder as a `Sized` one, for the fan-out.
+struct BoxedRecorder(Box<dyn Recorder + Send + Sync>);
+
+impl Recorder for BoxedRecorder {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        d: metrics::SharedString,
+    ) {
+        self.0.describe_counter(key, unit, d)
+    }
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        d: metrics::SharedString,
+    ) {
+        self.0.describe_gauge(key, unit, d)
+    }
+    fn describe_histogram(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        d: metrics::SharedString,
+    ) {
+        self.0.describe_histogram(key, unit, d)
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Counter {
+        self.0.register_counter(key, metadata)
+    }
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Gauge {
+        self.0.register_gauge(key, metadata)
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> metrics::Histogram {
+        self.0.register_histogram(key, metadata)
+    }
 }
 
 impl MetricsHandle {

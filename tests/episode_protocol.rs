@@ -1159,3 +1159,60 @@ fn a_users_actor_runs_and_restarts_under_the_topologys_supervisor() {
         w.topology.stop();
     });
 }
+
+#[test]
+fn an_actor_past_its_restart_limit_is_reported_by_name_after_doubling_backoffs() {
+    rt().block_on(async {
+        // max_restarts 5, restart_backoff 100 ms: restarts after 100, 200, 400, 800, 1600 ms.
+        let w = world(good_policy(), Arc::new(RuleChecklistJudge), 4096).await;
+        let tally = w
+            .topology
+            .start_actor("tally", Tally, || 0)
+            .await
+            .expect("a user's actor starts");
+        assert!(w.topology.gave_up().await.expect("supervisor").is_empty());
+        let start = std::time::Instant::now();
+        for restarts in 1..=5u64 {
+            assert!(tally.ask("tally", |r| (None, r)).await.is_err());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while w.topology.restarts().await < restarts {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no restart {restarts}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(tally.ask("tally", |r| (Some(1), r)).await.expect("add"), 1);
+        }
+        assert!(
+            start.elapsed() >= std::time::Duration::from_millis(3100),
+            "the backoffs double: {:?}",
+            start.elapsed()
+        );
+        // The sixth failure is past the limit: the actor stays down and is named.
+        assert!(tally.ask("tally", |r| (None, r)).await.is_err());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let gave_up = loop {
+            let g = w.topology.gave_up().await.expect("supervisor");
+            if !g.is_empty() {
+                break g;
+            }
+            assert!(std::time::Instant::now() < deadline, "not reported");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert_eq!(gave_up.len(), 1);
+        assert_eq!(
+            (gave_up[0].actor.as_str(), gave_up[0].failures),
+            ("tally", 6)
+        );
+        assert!(
+            gave_up[0].reason.contains("tally asked to fail"),
+            "{gave_up:?}"
+        );
+        assert!(
+            tally.ask("tally", |r| (Some(1), r)).await.is_err(),
+            "stays down"
+        );
+        w.topology.stop();
+    });
+}

@@ -345,7 +345,10 @@ pub fn transcript(history: &[Message], whitelist: &[&str]) -> Vec<TurnCalls> {
             continue;
         };
         match parse_act(&m.content, whitelist) {
-            Ok(out) if out.is_final_answer() => turn.final_answer = true,
+            Ok(out) if out.is_final_answer() => {
+                turn.final_answer = true;
+                turn.answer.clone_from(&m.content);
+            }
             Ok(out) => turn.calls.extend(out.calls),
             Err(e) => {
                 turn.malformed = true;

@@ -94,6 +94,11 @@ pub struct TurnCalls {
     /// an unknown tool).
     #[serde(default)]
     pub malformed: bool,
+    /// The text of the turn's final answer (the Act output without a call), as the model
+    /// wrote it; empty when the turn had none. For judges that read what the agent said
+    /// (an LLM judge, a format check).
+    #[serde(default)]
+    pub answer: String,
 }
 
 impl TurnCalls {

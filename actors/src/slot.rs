@@ -5,6 +5,7 @@
 //! reach the replacement.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
@@ -12,12 +13,22 @@ use ractor::{ActorRef, RpcReplyPort};
 /// The current reference of a supervised actor.
 pub struct Slot<M: ractor::Message> {
     current: Arc<RwLock<ActorRef<M>>>,
+    /// Woken when a replacement is swapped in ([`Slot::set`]).
+    replaced: Arc<tokio::sync::Notify>,
+    /// Longest wait for a reply ([`Slot::ask`]); `None`: no limit.
+    timeout: Option<Duration>,
 }
+
+/// Longest wait of a request for the replacement of a failed actor: the supervisor's longest
+/// backoff and a margin for the restart itself.
+pub const RESTART_WAIT: Duration = Duration::from_secs(12);
 
 impl<M: ractor::Message> Clone for Slot<M> {
     fn clone(&self) -> Self {
         Self {
             current: self.current.clone(),
+            replaced: self.replaced.clone(),
+            timeout: self.timeout,
         }
     }
 }
@@ -27,7 +38,17 @@ impl<M: ractor::Message> Slot<M> {
     pub fn new(actor: ActorRef<M>) -> Self {
         Self {
             current: Arc::new(RwLock::new(actor)),
+            replaced: Arc::default(),
+            timeout: None,
         }
+    }
+
+    /// This slot with replies awaited at most `timeout` (`None`: no limit); clones made from
+    /// the result share the limit. A request past it is an [`ActorCallError::Timeout`], never
+    /// a hang (the actor may still finish the work; its late reply is dropped).
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The actor serving this slot now.
@@ -44,22 +65,52 @@ impl<M: ractor::Message> Slot<M> {
             Ok(mut a) => *a = actor,
             Err(poisoned) => *poisoned.into_inner() = actor,
         }
+        self.replaced.notify_waiters();
+    }
+
+    /// The serving actor, once one is alive: while the current one has stopped (it failed and
+    /// the supervisor is restarting it after a backoff), waits for the replacement, at most
+    /// [`RESTART_WAIT`]; then the stopped one (the request fails as it would have).
+    async fn alive(&self) -> ActorRef<M> {
+        let down = |a: &ActorRef<M>| {
+            matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        };
+        let deadline = tokio::time::Instant::now() + RESTART_WAIT;
+        loop {
+            // Registered before the check, so a swap between the two is not missed.
+            let swapped = self.replaced.notified();
+            let actor = self.get();
+            if !down(&actor) || tokio::time::Instant::now() >= deadline {
+                return actor;
+            }
+            let _ = tokio::time::timeout_at(deadline, swapped).await;
+        }
     }
 
     /// Sends `make(reply)` to the current actor and awaits the reply; `what` names the actor
-    /// in errors (`"judge"`).
+    /// in errors (`"judge"`). A request made while the actor is being restarted waits for
+    /// the replacement (at most [`RESTART_WAIT`]).
     ///
     /// # Errors
     /// [`ActorCallError`] when the actor is not running, or stopped or failed before replying
-    /// (the reply port was dropped): the caller decides whether to retry.
+    /// (the reply port was dropped), or no reply came within the slot's timeout
+    /// ([`Slot::with_timeout`]): the caller decides whether to retry.
     pub async fn ask<T: Send + 'static>(
         &self,
         what: &str,
         make: impl FnOnce(RpcReplyPort<T>) -> M,
     ) -> Result<T, ActorCallError> {
-        let actor = self.get();
+        let actor = self.alive().await;
         let (what, id) = (what.to_string(), actor.get_id().to_string());
-        match actor.call(make, None).await {
+        // Requests awaiting a reply, per actor role: the depth of its mailbox as callers see it.
+        let depth = metrics::gauge!("actor_requests_in_flight", "actor" => what.clone());
+        depth.increment(1.0);
+        let reply = actor.call(make, self.timeout).await;
+        depth.decrement(1.0);
+        match reply {
             Ok(CallResult::Success(v)) => Ok(v),
             Ok(CallResult::Timeout) => Err(ActorCallError::Timeout { what }),
             Ok(CallResult::SenderError) => Err(ActorCallError::Stopped { what, id }),
@@ -76,8 +127,8 @@ impl<M: ractor::Message> Slot<M> {
 /// `what` names the actor's role (`"judge"`), `id` the ractor id of the instance asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ActorCallError {
-    /// No reply within the call's timeout.
-    #[error("{what}: timed out")]
+    /// No reply within the slot's timeout ([`Slot::with_timeout`]).
+    #[error("{what}: no reply within the request timeout (topology.request_timeout_s)")]
     Timeout { what: String },
     /// The actor stopped or failed before replying (its reply port was dropped).
     #[error("{what}: actor {id} stopped before replying")]

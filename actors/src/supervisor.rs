@@ -1,7 +1,10 @@
 //! The supervisor: restarts failed actors and swaps the replacement into their [`Slot`].
 //!
 //! A failure is logged (tracing, and the `actor_restarts` counter of the metrics crate), the
-//! actor is started again with fresh arguments, and requests in flight at the failure get an
+//! actor is started again with fresh arguments after a backoff that doubles with each of its
+//! failures (`restart_backoff` × 2^failures, at most [`MAX_BACKOFF`]); past `max_restarts` it
+//! stays down and [`SupervisorMsg::GaveUp`] names it, so a long run can stop with an error
+//! naming the actor instead of failing every request. Requests in flight at the failure get an
 //! error ([`crate::slot::ActorCallError`]) that the episode driver turns into a retry or a
 //! trajectory recorded as failed with its reason.
 
@@ -110,13 +113,32 @@ pub enum SupervisorMsg {
     Adopt(ActorId, Box<dyn Respawn>, ractor::RpcReplyPort<()>),
     /// How many restarts happened so far.
     Restarts(ractor::RpcReplyPort<u64>),
+    /// The children that reached their restart limit and stay down, with their last failure.
+    GaveUp(ractor::RpcReplyPort<Vec<GaveUp>>),
 }
+
+/// A child the supervisor stopped restarting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GaveUp {
+    /// The child's name (`learner`, `policy-3`, a user's actor).
+    pub actor: String,
+    /// Failures it had (restarts + the last one).
+    pub failures: u32,
+    /// The last failure's reason.
+    pub reason: String,
+}
+
+/// The longest wait before a restart.
+pub const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Restart limits.
 #[derive(Debug, Clone, Copy)]
 pub struct SupervisorArgs {
     /// Restarts allowed per child; past it the child stays down and calls to it fail.
     pub max_restarts: u32,
+    /// Wait before a child's first restart; doubled for each further failure of that child,
+    /// at most [`MAX_BACKOFF`].
+    pub restart_backoff: std::time::Duration,
 }
 
 /// The children and their restart counts.
@@ -124,6 +146,8 @@ pub struct SupervisorState {
     children: HashMap<ActorId, (Box<dyn Respawn>, u32)>,
     restarts: u64,
     max_restarts: u32,
+    restart_backoff: std::time::Duration,
+    gave_up: Vec<GaveUp>,
 }
 
 /// The supervisor actor.
@@ -144,6 +168,8 @@ impl Actor for Supervisor {
             children: HashMap::new(),
             restarts: 0,
             max_restarts: args.max_restarts,
+            restart_backoff: args.restart_backoff,
+            gave_up: Vec::new(),
         })
     }
 
@@ -160,6 +186,9 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Restarts(reply) => {
                 let _ = reply.send(state.restarts);
+            }
+            SupervisorMsg::GaveUp(reply) => {
+                let _ = reply.send(state.gave_up.clone());
             }
         }
         Ok(())
@@ -190,8 +219,20 @@ impl Actor for Supervisor {
                 actor = child.name(),
                 "restart limit reached; not restarting"
             );
+            state.gave_up.push(GaveUp {
+                actor: child.name().to_string(),
+                failures: count + 1,
+                reason,
+            });
             return Ok(());
         }
+        // Backoff: a child that fails at once again does not spin; requests meanwhile fail
+        // fast (the slot still names the failed instance) rather than wait.
+        let backoff = state
+            .restart_backoff
+            .saturating_mul(1u32 << count.min(16))
+            .min(MAX_BACKOFF);
+        tokio::time::sleep(backoff).await;
         match child.respawn(myself.get_cell()).await {
             Ok(id) => {
                 state.restarts += 1;

@@ -17,7 +17,7 @@ use crate::learner_actor::{LearnerActor, LearnerArgs, LearnerMsg};
 use crate::memory_actor::{MemoryActor, MemoryMsg};
 use crate::policy::{PolicyActor, PolicyArgs, PolicyMsg};
 use crate::protocol::{protocol_for, PromptKit, Protocol, ProtocolConfig, ProtocolError};
-use crate::slot::{Pool, Slot};
+use crate::slot::{ActorCallError, Pool, Slot};
 use crate::storage::Store;
 use crate::supervisor::{start_child, StartError, Supervisor, SupervisorArgs, SupervisorMsg};
 use crate::worker::WorkerHandle;
@@ -31,6 +31,13 @@ pub struct TopologySpec {
     pub policy_workers: usize,
     /// Restarts allowed per actor before it stays down. Default 10.
     pub max_restarts: u32,
+    /// Wait before an actor's first restart, in milliseconds; doubled per further failure of
+    /// the same actor (at most 10 s). Default 100.
+    pub restart_backoff_ms: u64,
+    /// Longest wait, in seconds, for a generation (Engine, Policy) or learner reply; past it
+    /// the request is an error ([`crate::slot::ActorCallError::Timeout`]), never a hang.
+    /// `None`: no limit. Default 1800 (a learner step on a large batch takes minutes on CPU).
+    pub request_timeout_s: Option<u64>,
 }
 
 impl Default for TopologySpec {
@@ -38,7 +45,18 @@ impl Default for TopologySpec {
         Self {
             policy_workers: 4,
             max_restarts: 10,
+            restart_backoff_ms: 100,
+            request_timeout_s: Some(1800),
         }
+    }
+}
+
+impl TopologySpec {
+    /// [`TopologySpec::request_timeout_s`] as a duration (`None`, or 0, for no limit).
+    pub fn request_timeout(&self) -> Option<std::time::Duration> {
+        self.request_timeout_s
+            .filter(|s| *s > 0)
+            .map(std::time::Duration::from_secs)
     }
 }
 
@@ -184,6 +202,7 @@ impl TopologyBuilder {
             Supervisor,
             SupervisorArgs {
                 max_restarts: spec.max_restarts,
+                restart_backoff: std::time::Duration::from_millis(spec.restart_backoff_ms),
             },
         )
         .await
@@ -198,7 +217,8 @@ impl TopologyBuilder {
             EngineActor,
             Arc::new(move || w.clone()),
         )
-        .await?;
+        .await?
+        .with_timeout(spec.request_timeout());
         let info = worker.info();
         let mut policy = Vec::new();
         for i in 0..spec.policy_workers {
@@ -215,7 +235,8 @@ impl TopologyBuilder {
                     PolicyActor,
                     Arc::new(move || args.clone()),
                 )
-                .await?,
+                .await?
+                .with_timeout(spec.request_timeout()),
             );
         }
         let judge = start_child(
@@ -232,7 +253,8 @@ impl TopologyBuilder {
             LearnerActor,
             Arc::new(move || learner_args.clone()),
         )
-        .await?;
+        .await?
+        .with_timeout(spec.request_timeout());
         let memory = start_child(
             &supervisor,
             "memory",
@@ -328,6 +350,25 @@ impl Topology {
         args: impl Fn() -> A::Arguments + Send + Sync + 'static,
     ) -> Result<Slot<A::Msg>, StartError> {
         start_child(&self.supervisor, name, actor, Arc::new(args)).await
+    }
+
+    /// The actors the supervisor stopped restarting (their restart limit reached).
+    ///
+    /// # Errors
+    /// The supervisor is gone.
+    pub async fn gave_up(&self) -> Result<Vec<crate::supervisor::GaveUp>, ActorCallError> {
+        match self.supervisor.call(SupervisorMsg::GaveUp, None).await {
+            Ok(ractor::rpc::CallResult::Success(v)) => Ok(v),
+            Ok(_) => Err(ActorCallError::Stopped {
+                what: "supervisor".into(),
+                id: self.supervisor.get_id().to_string(),
+            }),
+            Err(e) => Err(ActorCallError::Unreachable {
+                what: "supervisor".into(),
+                id: self.supervisor.get_id().to_string(),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// The agents of a self-rehearsal episode (no environment).

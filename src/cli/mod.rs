@@ -6,6 +6,7 @@ mod bench;
 mod bench_rollout;
 mod bfcl;
 mod conformance;
+mod daemon;
 mod generate;
 mod inspect;
 mod pipeline;
@@ -32,11 +33,21 @@ use clap::{Args, Parser, Subcommand};
 /// }
 /// ```
 pub fn run_with(registry: Registry) -> ExitCode {
+    run_with_args(registry, std::env::args_os())
+}
+
+/// [`run_with`] on the command line `args` (its first item is the program name), for a
+/// program that gets its arguments elsewhere (a test harness re-running itself as `envace`).
+pub fn run_with_args<I, T>(registry: Registry, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     crate::runtime::tune_allocator(AllocatorTuning::Speed);
     if crate::registry::install(registry).is_err() {
         eprintln!("envace: a judge registry was installed already; using that one");
     }
-    run()
+    run_args(args)
 }
 
 #[derive(Debug, Parser)]
@@ -46,8 +57,19 @@ pub fn run_with(registry: Registry) -> ExitCode {
     about = "EnvACE-style agentic RL for LLM tool-calling agents"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (default) or `json` (one JSON object per event, for log
+    /// collectors). RUST_LOG filters as usual.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How tracing events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,6 +99,13 @@ enum Command {
     /// Self-rehearsal role-wise GRPO: zero real environment calls (counted); resumes a stopped
     /// run.
     Train(pipeline::RunArgs),
+    /// Long-running self-rehearsal training: checkpoints every N steps or T minutes (last K +
+    /// best kept), periodic evaluation, graceful stop on SIGTERM/SIGINT, exact resume,
+    /// Prometheus metrics, and control through `envace ctl`.
+    Daemon(daemon::DaemonArgs),
+    /// Talk to a running daemon over its run folder's Unix socket: status, stop, judge NAME,
+    /// add-tasks FILE.
+    Ctl(daemon::CtlArgs),
     /// Evaluate a model variant against the real environment with the BFCL checker.
     Eval(pipeline::EvalArgs),
     /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
@@ -113,14 +142,24 @@ pub struct ModelArgs {
 /// (the built-in ones unless a registry was installed); the exit code is 0 on success, 1 with
 /// the error chain on stderr otherwise.
 pub fn run() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "envace=info,warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
+    run_args(std::env::args_os())
+}
+
+fn run_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::parse_from(args);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "envace=info,warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => drop(logs.try_init()),
+        LogFormat::Json => drop(logs.json().try_init()),
+    }
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
@@ -131,6 +170,8 @@ pub fn run() -> ExitCode {
         Command::Collect(args) => pipeline::run(pipeline::Stage::Collect, args),
         Command::Sft(args) => pipeline::run(pipeline::Stage::Sft, args),
         Command::Train(args) => pipeline::run(pipeline::Stage::Train, args),
+        Command::Daemon(args) => daemon::daemon(args),
+        Command::Ctl(args) => daemon::ctl(args),
         Command::Eval(args) => pipeline::eval(args),
         Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
         Command::Config(args) => pipeline::print_config(args),

@@ -41,7 +41,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// The config (from --config, --preset, the folder's own config.toml, or `smollm2`, in that
     /// order), scaled by --scale and validated, with the name the report records.
-    fn config(&self) -> Result<(RunConfig, String)> {
+    pub(super) fn config(&self) -> Result<(RunConfig, String)> {
         let own = self.out.join("config.toml");
         let (mut cfg, name) = match (&self.config, self.preset) {
             (Some(path), _) => (
@@ -88,7 +88,7 @@ impl RunArgs {
     }
 
     /// How the stage opens the run folder.
-    fn open(&self, create: bool) -> RunOpen {
+    pub(super) fn open(&self, create: bool) -> RunOpen {
         RunOpen {
             create,
             // Only the stages that start runs start them afresh.
@@ -97,7 +97,7 @@ impl RunArgs {
         }
     }
 
-    fn runtime(&self) -> Result<tokio::runtime::Runtime> {
+    pub(super) fn runtime(&self) -> Result<tokio::runtime::Runtime> {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -242,7 +242,18 @@ impl Pipeline {
         let start = Instant::now();
         let run = RunId::from(format!("{TRAIN_RUN}-bench"));
         let n = self.cfg.train.tasks_per_step;
-        let trajectories = self.rollout_group(&agents, &pool, &run, 0, 0, n, 0).await;
+        let trajectories = self
+            .rollout_group(
+                &agents,
+                &pool,
+                self.suite.tasks(crate::actors::Split::Train),
+                &run,
+                0,
+                0,
+                n,
+                0,
+            )
+            .await;
         let generation_s = secs(start);
         let generation_peak = peak_rss_mib();
         if self.topology.real_env_calls() != calls_before {

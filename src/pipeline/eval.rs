@@ -84,7 +84,7 @@ impl Pipeline {
         // The version the weights had when saved: the optimizer steps behind them.
         let version = checkpoint
             .metrics
-            .get(super::train::POLICY_VERSION_KEY)
+            .get(super::train_loop::POLICY_VERSION_KEY)
             .map_or(checkpoint.step, |v| *v as u64);
         self.load_weights(file, PolicyVersion(version)).await
     }

@@ -10,11 +10,13 @@
 
 mod bench;
 mod collect;
+pub mod control;
 mod eval;
 pub mod fidelity;
 pub mod seed_rows;
 mod sft;
 mod train;
+pub mod train_loop;
 mod tts;
 
 use std::path::{Path, PathBuf};
@@ -92,12 +94,14 @@ impl RunOpen {
 }
 
 /// What `--fresh` removes from a run folder.
-const FRESH_PARTS: [&str; 5] = [
+const FRESH_PARTS: [&str; 7] = [
     "db",
     "checkpoints",
     "report.json",
     "training.png",
     "config.toml",
+    control::HISTORY_FILE,
+    control::ADDED_TASKS_DIR,
 ];
 
 impl Pipeline {

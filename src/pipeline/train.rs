@@ -10,8 +10,9 @@
 //! loss of 0, its weights are the previous step's). Each step reports the groups drawn, the
 //! zero-variance fraction, informative rows per role and the grad norm.
 //!
-//! After every step the weights, every trajectory drawn and the run state are committed, so a
-//! stopped run resumes at the next step.
+//! The loop around the steps (resume, checkpoints, budgets, the daemon's control) is
+//! [`super::train_loop`]; `envace train` checkpoints after every step, so a stopped run resumes
+//! at the next step.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,381 +20,223 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::{progress, secs, Pipeline, TRAIN_RUN};
+use super::train_loop::LoopOptions;
+use super::{secs, Pipeline, TRAIN_RUN};
 use crate::actors::episode::{run_episode_supervised, Agents, EpisodeSpec};
 use crate::actors::learner_actor::{grpo_batch, LearnerMsg, RoleStats};
 use crate::actors::memory_actor::MemoryMsg;
 use crate::actors::protocol::SeedPool;
-use crate::actors::Split;
+use crate::actors::task::EpisodeTask;
 use crate::config::TrainConfig;
-use crate::kernels::fault::crash_point;
 use crate::kernels::GrpoConfig;
 use crate::report::{PeriodicEval, StageReport, StepMetrics};
-use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, RunState, Termination, Trajectory};
+use crate::storage::{Checkpoint, PolicyVersion, Role, RunId, Termination, Trajectory};
 
-/// Key of the policy version in a training checkpoint's metrics.
-pub(super) const POLICY_VERSION_KEY: &str = "policy_version";
+/// What one training step needs besides the pipeline: the agents (their judge swapped by the
+/// run's history), the few-shot fact pool, the train task pool and the end-of-text ids.
+pub(super) struct StepContext {
+    pub agents: Agents,
+    pub seeds: SeedPool,
+    pub tasks: Vec<EpisodeTask>,
+    pub run: RunId,
+    pub stop_ids: Vec<u32>,
+}
+
+/// One step done (not yet committed).
+pub(super) struct StepResult {
+    pub metrics: StepMetrics,
+    /// Every trajectory drawn (all are stored).
+    pub trajectories: Vec<Trajectory>,
+    /// Tasks drawn (the cursor advances by this many).
+    pub tasks_drawn: usize,
+}
 
 impl Pipeline {
-    /// Trains until `train.steps` steps are done, resuming after the last committed step.
-    /// `init` is a checkpoint to start from when the run has no step yet (the CLI passes the
-    /// warm-up checkpoint; the demo passes `None`, its weights are already warmed up).
+    /// Trains until `train.steps` steps are done, resuming after the last committed step,
+    /// with a checkpoint after every step (only the last one kept); see
+    /// [`Pipeline::train_loop`]. `init` is a checkpoint to start from when the run has no step
+    /// yet (the CLI passes the warm-up checkpoint; the demo passes `None`, its weights are
+    /// already warmed up).
     ///
     /// # Errors
     /// No seeds, an actor or learner failure, or a real environment call (a bug).
     pub async fn train(&mut self, init: Option<PathBuf>) -> Result<StageReport> {
-        let start = Instant::now();
-        let run = RunId::from(TRAIN_RUN);
-        let resumed = self
-            .memory()
-            .ask("memory", |r| MemoryMsg::RunState(run.clone(), r))
-            .await??;
-        // The report is saved after each step's commit, so it never runs ahead of the
-        // database: if it does, the database lost committed steps (damaged or replaced), and
-        // going on would silently redo them.
-        let committed = resumed.as_ref().map_or(0, |s| s.step);
-        let reported = self
-            .report
-            .train
-            .steps
+        let options = LoopOptions::batch(self.cfg.train.steps);
+        self.train_loop(init, options).await.map(|o| o.stage)
+    }
+
+    /// Plays step `step` from the pool position `cursor`: draws its groups (self-rehearsal,
+    /// dynamic sampling), trains on the informative ones through the Learner actor, and
+    /// returns its numbers and trajectories (not committed: the loop commits them with the
+    /// next checkpoint). A step without an informative group takes no optimizer step and is
+    /// reported as skipped.
+    ///
+    /// # Errors
+    /// A real environment call during the step (a bug), every episode failed, or the learner
+    /// failed or timed out.
+    pub(super) async fn train_step(
+        &self,
+        ctx: &StepContext,
+        step: u64,
+        cursor: usize,
+    ) -> Result<StepResult> {
+        let step_start = Instant::now();
+        let calls_before = self.topology.real_env_calls();
+        let draw = self.draw_step(ctx, step, cursor).await;
+        let rollout_s = secs(step_start);
+        let calls = self.topology.real_env_calls() - calls_before;
+        if calls != 0 {
+            bail!(
+                "train: {calls} real environment calls during self-rehearsal training (must be 0)"
+            );
+        }
+        let trajectories = draw.all;
+        if trajectories
             .iter()
-            .map(|s| s.step + 1)
-            .max()
-            .unwrap_or(0);
-        if reported > committed {
+            .all(|t| t.termination == Termination::ActorFailed)
+        {
             bail!(
-                "run {TRAIN_RUN} in {}: its report.json has {reported} training step(s) but the \
-                 database only {committed} committed: the database lost records (damaged or \
-                 replaced). Nothing was changed; restore db/ from a copy, inspect it with \
-                 `envace inspect --db {}` (which never modifies it), or start over with --fresh",
-                self.dir.display(),
-                self.dir.join("db").display()
+                "train step {step}: every episode failed: {}",
+                trajectories
+                    .first()
+                    .and_then(|t| t.messages.first())
+                    .map_or("", |m| m.content.as_str())
             );
         }
-        let mut last_checkpoint: Option<PathBuf> = None;
-        let (first_step, mut cursor) = match &resumed {
-            Some(state) => {
-                // The checkpoint committed with the run state, never a newer file on disk.
-                let checkpoint = self.latest_checkpoint().await?.ok_or_else(|| {
-                    anyhow!("run {TRAIN_RUN} has a run state but no checkpoint record")
-                })?;
-                if checkpoint.step != state.step {
-                    bail!(
-                        "run {TRAIN_RUN}: the run state is at step {} but the last checkpoint at {}",
-                        state.step,
-                        checkpoint.step
-                    );
-                }
-                let version = checkpoint
-                    .metrics
-                    .get(POLICY_VERSION_KEY)
-                    .map_or(state.step, |v| *v as u64);
-                if !state.config_hash.is_empty()
-                    && state.config_hash != self.config_hash
-                    && !self.allow_config_change
-                {
-                    bail!(
-                        "run {TRAIN_RUN} in {} was trained with another config (hash {} in its \
-                         run state, {} now) although config.toml matches: pass \
-                         --allow-config-change to go on, or --fresh to start over",
-                        self.dir.display(),
-                        short(&state.config_hash),
-                        short(&self.config_hash)
-                    );
-                }
-                let file = self.checkpoint_file(&checkpoint);
-                self.load_weights(file.clone(), PolicyVersion(version))
-                    .await?;
-                eprintln!(
-                    "train: resuming run {TRAIN_RUN} after step {} (policy version {version})",
-                    state.step
-                );
-                last_checkpoint = Some(file);
-                (state.step, state.data_cursor as usize)
-            }
-            None => {
-                if let Some(path) = init {
-                    self.load_weights(path, PolicyVersion(0)).await?;
-                }
-                (0, 0)
-            }
-        };
-        self.sweep_checkpoints(last_checkpoint.as_deref());
-        if resumed.is_none() {
-            self.report.train.steps.clear();
-            self.report.train.evals.clear();
+        let mut failures: std::collections::BTreeMap<String, u64> = Default::default();
+        for t in trajectories
+            .iter()
+            .filter(|t| t.termination == Termination::ActorFailed)
+        {
+            let reason = t.messages.first().map_or("unknown", |m| m.content.as_str());
+            let reason = reason.lines().next().unwrap_or_default().to_string();
+            *failures.entry(reason).or_default() += 1;
         }
-        let pool = self.seed_pool().await?;
-        if pool.is_empty() {
-            bail!(
-                "train: no seed trajectories in {}; run `envace collect` first",
-                self.dir.display()
-            );
+        if !failures.is_empty() {
+            tracing::warn!(step, ?failures, "rollouts failed; their rows are lost");
         }
-        let learner = self.topology.learner.clone();
-        self.configure_learner(self.cfg.train.learner.clone())
-            .await?;
-        if let Some(weights) = last_checkpoint.as_ref().filter(|_| resumed.is_some()) {
-            let state = learner_state_path(weights);
-            if state.exists() {
-                let s = state.clone();
+        let step_tokens: u64 = trajectories
+            .iter()
+            .flat_map(|t| &t.rows)
+            .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
+            .sum();
+        let generated: u64 = trajectories
+            .iter()
+            .flat_map(|t| &t.rows)
+            .map(|r| r.completion_ids.len() as u64)
+            .sum();
+        // Rewards over every rollout of the step (trained or not).
+        let rollouts = grpo_batch(&trajectories, &self.cfg.train.learner.grpo, &ctx.stop_ids);
+        let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
+        let reward_mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
+        let trainable = draw
+            .train
+            .iter()
+            .flat_map(|t| &t.rows)
+            .any(|r| !r.completion_ids.is_empty());
+        let learner_start = Instant::now();
+        let trained_tokens: u64 = draw
+            .train
+            .iter()
+            .flat_map(|t| &t.rows)
+            .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
+            .sum();
+        let out = if trainable {
+            let batch = draw.train.clone();
+            Some(
                 self.topology
                     .learner
-                    .ask("learner", |r| LearnerMsg::LoadState(s, r))
+                    .ask("learner", |r| LearnerMsg::GrpoStep(batch, r))
                     .await?
-                    .map_err(|e| {
-                        anyhow!("restoring the optimizer from {}: {e}", state.display())
-                    })?;
-                eprintln!("train: AdamW moments, master weights and step count restored");
-            } else {
-                eprintln!(
-                    "train: no optimizer state beside {} (a run of an older envace): the AdamW \
-                     moments start afresh",
-                    weights.display()
-                );
-            }
-        }
-        let calls_before = self.topology.real_env_calls();
-        // Real calls of periodic evaluations, which are not training calls.
-        let mut eval_calls = 0u64;
-        let training_calls =
-            |p: &Pipeline, eval_calls: u64| p.topology.real_env_calls() - calls_before - eval_calls;
-        let agents = self.topology.rehearsal_agents();
-        let stop_ids: Vec<u32> = self.topology.kit.eos_id().into_iter().collect();
-        if self.cfg.train.eval_every.is_some() && first_step == 0 {
-            eval_calls += self.periodic_eval(0).await?;
-        }
-        let bar = progress(self.cfg.train.steps.saturating_sub(first_step), "train");
-        let (mut tokens, mut generated) = (0u64, 0u64);
-        for step in first_step..self.cfg.train.steps {
-            let step_start = Instant::now();
-            let draw = self
-                .draw_step(&agents, &pool, &run, step, cursor, &stop_ids)
-                .await;
-            cursor = (cursor + draw.tasks) % self.suite.tasks(Split::Train).len();
-            let calls = training_calls(self, eval_calls);
-            if calls != 0 {
-                bail!("train: {calls} real environment calls during self-rehearsal training (must be 0)");
-            }
-            let trajectories = draw.all;
-            if trajectories
-                .iter()
-                .all(|t| t.termination == Termination::ActorFailed)
-            {
-                bail!(
-                    "train step {step}: every episode failed: {}",
-                    trajectories[0]
-                        .messages
-                        .first()
-                        .map_or("", |m| m.content.as_str())
-                );
-            }
-            let mut failures: std::collections::BTreeMap<String, u64> = Default::default();
-            for t in trajectories
-                .iter()
-                .filter(|t| t.termination == Termination::ActorFailed)
-            {
-                let reason = t.messages.first().map_or("unknown", |m| m.content.as_str());
-                let reason = reason.lines().next().unwrap_or_default().to_string();
-                *failures.entry(reason).or_default() += 1;
-            }
-            if !failures.is_empty() {
-                tracing::warn!(step, ?failures, "rollouts failed; their rows are lost");
-            }
-            let step_tokens: u64 = trajectories
-                .iter()
-                .flat_map(|t| &t.rows)
-                .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
-                .sum();
-            generated += trajectories
-                .iter()
-                .flat_map(|t| &t.rows)
-                .map(|r| r.completion_ids.len() as u64)
-                .sum::<u64>();
-            tokens += step_tokens;
-            // Rewards over every rollout of the step (trained or not).
-            let rollouts = grpo_batch(&trajectories, &self.cfg.train.learner.grpo, &stop_ids);
-            let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
-            let reward_mean = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
-            let trainable = draw
-                .train
-                .iter()
-                .flat_map(|t| &t.rows)
-                .any(|r| !r.completion_ids.is_empty());
-            let out = if trainable {
-                let batch = draw.train.clone();
-                Some(
-                    learner
-                        .ask("learner", |r| LearnerMsg::GrpoStep(batch, r))
-                        .await?
-                        .with_context(|| format!("train step {step}: learner"))?,
-                )
-            } else {
-                None
-            };
-            let skipped = out.as_ref().is_none_or(|o| o.skipped);
-            let version = out.as_ref().map_or_else(
-                || self.topology.worker.policy_version(),
-                |o| o.policy_version,
-            );
-            if skipped {
-                tracing::warn!(
-                    step,
-                    groups = draw.groups,
-                    "no group with a reward spread: step skipped, weights unchanged"
-                );
-            }
-            // A skipped step changed no weight: its checkpoint is the previous one.
-            let path = match (&last_checkpoint, skipped) {
-                (Some(previous), true) => previous.clone(),
-                _ => {
-                    let path = self.checkpoint_path(&format!("{TRAIN_RUN}-step{}", step + 1));
-                    self.save_weights(path.clone()).await?;
-                    crash_point("train-weights-saved");
-                    let state = learner_state_path(&path);
-                    let s = state.clone();
-                    self.topology
-                        .learner
-                        .ask("learner", |r| LearnerMsg::SaveState(s, r))
-                        .await?
-                        .map_err(|e| anyhow!("saving the optimizer to {}: {e}", state.display()))?;
-                    crash_point("train-state-saved");
-                    path
-                }
-            };
-            let (informative_act, informative_rehearse) = out
-                .as_ref()
-                .map_or((0, 0), |o| informative_rows(&draw.train, &o.advantages));
-            let all_role = |r: Role| {
-                rollouts.per_role.get(&r).copied().unwrap_or(RoleStats {
-                    reward_mean: f64::NAN,
-                    ..RoleStats::default()
-                })
-            };
-            let trained_role = |r: Role| {
-                out.as_ref()
-                    .and_then(|o| o.per_role.get(&r).copied())
-                    .unwrap_or_default()
-            };
-            // A skipped step has no loss, KL or gradient: NaN (`null` in report.json), never 0.
-            let stats = out.as_ref().filter(|_| !skipped).map(|o| o.stats);
-            let (act, reh) = (trained_role(Role::Act), trained_role(Role::Rehearse));
-            let m = StepMetrics {
-                step,
-                policy_version: version.0,
-                reward_mean,
-                reward_mean_act: all_role(Role::Act).reward_mean,
-                reward_mean_rehearse: all_role(Role::Rehearse).reward_mean,
-                adv_mean_act: act.adv_mean,
-                adv_std_act: act.adv_std,
-                adv_mean_rehearse: reh.adv_mean,
-                adv_std_rehearse: reh.adv_std,
-                loss: stats.map_or(f64::NAN, |s| s.loss),
-                kl: stats.map_or(f64::NAN, |s| s.ref_kl),
-                approx_kl: stats.map_or(f64::NAN, |s| s.approx_kl),
-                clip_frac: stats.map_or(f64::NAN, |s| s.clip_frac),
-                grad_norm: stats.map_or(f64::NAN, |s| s.grad_norm),
-                tokens: step_tokens,
-                tokens_per_s: step_tokens as f64 / secs(step_start).max(1e-9),
-                rows_act: all_role(Role::Act).rows,
-                rows_rehearse: all_role(Role::Rehearse).rows,
-                trajectories: trajectories.len() as u64,
-                real_env_calls: calls,
-                wall_s: secs(step_start),
-                skipped,
-                groups: draw.groups as u64,
-                zero_variance_groups: draw.zero_variance as u64,
-                zero_variance_fraction: draw.zero_variance as f64 / draw.groups.max(1) as f64,
-                informative_rows_act: informative_act,
-                informative_rows_rehearse: informative_rehearse,
-                draw_rounds: draw.rounds as u64,
-                failed_trajectories: failures.values().sum(),
-                failures,
-            };
-            record_step_metrics(&m);
-            let state = RunState {
-                run: run.clone(),
-                step: step + 1,
-                data_cursor: cursor as u64,
-                // Rollout seeds derive from (seed, step, task, sample): no RNG state to keep.
-                rng_state: Vec::new(),
-                config_hash: self.config_hash.clone(),
-            };
-            let checkpoint = Checkpoint {
-                run: run.clone(),
-                step: step + 1,
-                path: super::recorded_path(&path),
-                metrics: [
-                    ("reward_mean".to_string(), m.reward_mean),
-                    ("loss".to_string(), m.loss),
-                    (POLICY_VERSION_KEY.to_string(), version.0 as f64),
-                ]
-                .into_iter()
-                .collect(),
-            };
-            self.memory()
-                .ask("memory", |r| MemoryMsg::CommitStep {
-                    trajectories,
-                    checkpoint: Some(checkpoint),
-                    state,
-                    reply: r,
-                })
-                .await??;
-            crash_point("train-committed");
-            // The previous step's weights are no longer the committed checkpoint.
-            if let Some(old) = last_checkpoint.replace(path.clone()) {
-                if old != path && old.starts_with(self.dir.join("checkpoints")) {
-                    for file in [learner_state_path(&old), old] {
-                        if let Err(e) = std::fs::remove_file(&file) {
-                            tracing::debug!(path = %file.display(), error = %e, "old checkpoint kept");
-                        }
-                    }
-                }
-            }
-            self.report.train.steps.push(m);
-            self.report.train.real_env_calls = training_calls(self, eval_calls);
-            bar.inc(1);
-            let done = step + 1;
-            if let Some(every) = self.cfg.train.eval_every {
-                if done % every.max(1) == 0 || done == self.cfg.train.steps {
-                    eval_calls += self.periodic_eval(done).await?;
-                }
-            }
-            self.save_report()?;
-        }
-        bar.finish_and_clear();
-        let calls = training_calls(self, eval_calls);
-        self.report.train.real_env_calls = calls;
-        eprintln!(
-            "train: {} steps done, real environment calls during training: {calls}\n{}",
-            self.cfg.train.steps,
-            self.report.train.summary()
-        );
-        let previous = self.report.stages.get("train").cloned().unwrap_or_default();
-        let resumed_run = resumed.is_some();
-        let stage = StageReport {
-            wall_s: secs(start) + if resumed_run { previous.wall_s } else { 0.0 },
-            tokens: tokens + if resumed_run { previous.tokens } else { 0 },
-            generated_tokens: generated
-                + if resumed_run {
-                    previous.generated_tokens
-                } else {
-                    0
-                },
-            real_env_calls: calls,
-            items: self.report.train.steps.len() as u64,
+                    .with_context(|| format!("train step {step}: learner"))?,
+            )
+        } else {
+            None
         };
-        self.record_stage("train", stage.clone());
-        Ok(stage)
+        let skipped = out.as_ref().is_none_or(|o| o.skipped);
+        // Throughput per actor kind: the policy workers' generation, the learner's update.
+        metrics::gauge!("actor_tokens_per_second", "actor" => "policy")
+            .set(generated as f64 / rollout_s.max(1e-9));
+        if trainable {
+            metrics::gauge!("actor_tokens_per_second", "actor" => "learner")
+                .set(trained_tokens as f64 / secs(learner_start).max(1e-9));
+        }
+        let version = out.as_ref().map_or_else(
+            || self.topology.worker.policy_version(),
+            |o| o.policy_version,
+        );
+        if skipped {
+            tracing::warn!(
+                step,
+                groups = draw.groups,
+                "no group with a reward spread: step skipped, weights unchanged"
+            );
+        }
+        let (informative_act, informative_rehearse) = out
+            .as_ref()
+            .map_or((0, 0), |o| informative_rows(&draw.train, &o.advantages));
+        let all_role = |r: Role| {
+            rollouts.per_role.get(&r).copied().unwrap_or(RoleStats {
+                reward_mean: f64::NAN,
+                ..RoleStats::default()
+            })
+        };
+        let trained_role = |r: Role| {
+            out.as_ref()
+                .and_then(|o| o.per_role.get(&r).copied())
+                .unwrap_or_default()
+        };
+        // A skipped step has no loss, KL or gradient: NaN (`null` in report.json), never 0.
+        let stats = out.as_ref().filter(|_| !skipped).map(|o| o.stats);
+        let (act, reh) = (trained_role(Role::Act), trained_role(Role::Rehearse));
+        let metrics = StepMetrics {
+            step,
+            policy_version: version.0,
+            reward_mean,
+            reward_mean_act: all_role(Role::Act).reward_mean,
+            reward_mean_rehearse: all_role(Role::Rehearse).reward_mean,
+            adv_mean_act: act.adv_mean,
+            adv_std_act: act.adv_std,
+            adv_mean_rehearse: reh.adv_mean,
+            adv_std_rehearse: reh.adv_std,
+            loss: stats.map_or(f64::NAN, |s| s.loss),
+            kl: stats.map_or(f64::NAN, |s| s.ref_kl),
+            approx_kl: stats.map_or(f64::NAN, |s| s.approx_kl),
+            clip_frac: stats.map_or(f64::NAN, |s| s.clip_frac),
+            grad_norm: stats.map_or(f64::NAN, |s| s.grad_norm),
+            tokens: step_tokens,
+            generated_tokens: generated,
+            tokens_per_s: step_tokens as f64 / secs(step_start).max(1e-9),
+            rows_act: all_role(Role::Act).rows,
+            rows_rehearse: all_role(Role::Rehearse).rows,
+            trajectories: trajectories.len() as u64,
+            real_env_calls: calls,
+            wall_s: secs(step_start),
+            skipped,
+            groups: draw.groups as u64,
+            zero_variance_groups: draw.zero_variance as u64,
+            zero_variance_fraction: draw.zero_variance as f64 / draw.groups.max(1) as f64,
+            informative_rows_act: informative_act,
+            informative_rows_rehearse: informative_rehearse,
+            draw_rounds: draw.rounds as u64,
+            failed_trajectories: failures.values().sum(),
+            failures,
+        };
+        record_step_metrics(&metrics);
+        Ok(StepResult {
+            metrics,
+            trajectories,
+            tasks_drawn: draw.tasks,
+        })
     }
 
     /// Evaluates the current weights on `train.eval_tasks` tasks spread over the eval split
     /// (with Rehearse fidelity) and records it after `step` training steps; returns the real
-    /// environment calls it made.
+    /// environment calls it made and the checklist score (0–1).
     ///
     /// # Errors
     /// As [`Pipeline::eval`].
-    async fn periodic_eval(&mut self, step: u64) -> Result<u64> {
+    pub(super) async fn periodic_eval(&mut self, step: u64) -> Result<(u64, f64)> {
         let before = self.topology.real_env_calls();
         let (split, tasks) = self.eval_tasks(Some(self.cfg.train.eval_tasks))?;
         let e = self
@@ -416,6 +259,10 @@ impl Pipeline {
             e.metrics.checklist_score.display(true),
             fidelity.display(true)
         );
+        let score = e.metrics.checklist_score.estimate;
+        metrics::gauge!("eval_checklist_score").set(score);
+        metrics::gauge!("eval_fidelity_equal_values").set(fidelity.estimate);
+        metrics::gauge!("eval_step").set(step as f64);
         self.report.train.evals.push(PeriodicEval {
             step,
             policy_version: self.topology.worker.policy_version().0,
@@ -425,36 +272,7 @@ impl Pipeline {
             wall_s: e.wall_s,
             real_env_calls: self.topology.real_env_calls() - before,
         });
-        Ok(self.topology.real_env_calls() - before)
-    }
-
-    /// Removes what an interrupted save or deletion left in `DIR/checkpoints`: temporary files
-    /// (`*.tmp.safetensors`) and every training checkpoint but `keep` (the one the committed run state
-    /// names). A file that cannot be removed is logged and left.
-    fn sweep_checkpoints(&self, keep: Option<&std::path::Path>) {
-        let Ok(entries) = std::fs::read_dir(self.dir.join("checkpoints")) else {
-            return;
-        };
-        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            let kept = keep.is_some_and(|k| path == k || path == learner_state_path(k));
-            let stale = name.ends_with(".tmp")
-                || name.contains(".tmp.")
-                || (name.starts_with(&format!("{TRAIN_RUN}-step")) && !kept);
-            if stale {
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        tracing::info!(path = %path.display(), "removed a stale checkpoint file")
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "stale checkpoint file kept")
-                    }
-                }
-            }
-        }
+        Ok((self.topology.real_env_calls() - before, score))
     }
 
     /// The last committed checkpoint of the training run, if any.
@@ -509,36 +327,39 @@ impl Pipeline {
 
 /// Where the learner state (AdamW moments, f32 masters, step counts) of the weights file
 /// `weights` lives: `NAME.learner.safetensors` beside `NAME.safetensors`.
-fn learner_state_path(weights: &std::path::Path) -> PathBuf {
+pub(super) fn learner_state_path(weights: &std::path::Path) -> PathBuf {
     weights.with_extension("learner.safetensors")
 }
 
 /// The first 12 hex digits of a config hash, for messages.
-fn short(hash: &str) -> &str {
+pub(super) fn short(hash: &str) -> &str {
     hash.get(..12).unwrap_or(hash)
 }
 
 impl Pipeline {
-    /// One step's rollouts ([`draw_groups`] over this run's train tasks from `cursor`).
-    async fn draw_step(
-        &self,
-        agents: &Agents,
-        pool: &SeedPool,
-        run: &RunId,
-        step: u64,
-        cursor: usize,
-        stop_ids: &[u32],
-    ) -> StepDraw {
+    /// One step's rollouts ([`draw_groups`] over the context's train pool from `cursor`).
+    async fn draw_step(&self, ctx: &StepContext, step: u64, cursor: usize) -> StepDraw {
         draw_groups(
             &self.cfg.train,
-            self.suite.tasks(Split::Train).len(),
-            stop_ids,
-            |offset, n| self.rollout_group(agents, pool, run, step, cursor + offset, n, offset),
+            ctx.tasks.len(),
+            &ctx.stop_ids,
+            |offset, n| {
+                self.rollout_group(
+                    &ctx.agents,
+                    &ctx.seeds,
+                    &ctx.tasks,
+                    &ctx.run,
+                    step,
+                    cursor + offset,
+                    n,
+                    offset,
+                )
+            },
         )
         .await
     }
 
-    /// `train.k` self-rehearsal episodes for each of `n` train tasks from `cursor` (wrapping),
+    /// `train.k` self-rehearsal episodes for each of `n` tasks of `train` from `cursor` (wrapping),
     /// run concurrently; sampling seeds derive from `train.seed`, the step, the task's draw
     /// index in the step (`offset + i`) and the sample, so the same config gives the same
     /// rollouts. Returned sorted by (task, sample); a failed episode is kept as an
@@ -548,13 +369,13 @@ impl Pipeline {
         &self,
         agents: &Agents,
         pool: &SeedPool,
+        train: &[EpisodeTask],
         run: &RunId,
         step: u64,
         cursor: usize,
         n: usize,
         offset: usize,
     ) -> Vec<Trajectory> {
-        let train = self.suite.tasks(Split::Train);
         let mut set = tokio::task::JoinSet::new();
         for i in 0..n {
             let task = Arc::new(train[(cursor + i) % train.len()].clone());
@@ -688,6 +509,7 @@ fn record_step_metrics(m: &StepMetrics) {
         ("kl", m.kl),
         ("clip_frac", m.clip_frac),
         ("grad_norm", m.grad_norm),
+        ("approx_kl", m.approx_kl),
         ("tokens_per_s", m.tokens_per_s),
         ("zero_variance_fraction", m.zero_variance_fraction),
     ] {
@@ -714,6 +536,10 @@ fn record_step_metrics(m: &StepMetrics) {
         metrics::gauge!("train_adv_std", "role" => r).set(std);
         metrics::gauge!("train_rows", "role" => r).set(rows as f64);
     }
+    metrics::counter!("train_steps").increment(1);
+    metrics::gauge!("train_step").set((m.step + 1) as f64);
+    metrics::gauge!("train_policy_version").set(m.policy_version as f64);
+    metrics::gauge!("train_informative_groups").set((m.groups - m.zero_variance_groups) as f64);
     metrics::counter!("train_skipped_steps").increment(u64::from(m.skipped));
     metrics::counter!("train_real_env_calls").increment(m.real_env_calls);
     tracing::info!(
