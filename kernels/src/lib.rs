@@ -15,6 +15,7 @@ pub mod config;
 pub mod dequant;
 pub mod engine;
 pub mod error;
+pub mod export;
 pub mod fault;
 pub mod flops;
 pub mod gguf;

@@ -417,6 +417,17 @@ impl Tokenizer {
     pub fn is_eos(&self, id: u32) -> bool {
         self.eos_token_ids.contains(&id)
     }
+
+    /// The tokenizer as HF `tokenizer.json` text (pretty-printed), which
+    /// [`Tokenizer::from_file`] reads back (the special-token facts live in its siblings).
+    ///
+    /// # Errors
+    /// [`Error::Tokenizer`] if the `tokenizers` crate cannot serialise it.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(true)
+            .map_err(|e| Error::Tokenizer(format!("serialise tokenizer.json: {e}")))
+    }
 }
 
 fn push_unique(ids: &mut Vec<u32>, id: Option<u32>) {

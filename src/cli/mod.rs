@@ -7,6 +7,7 @@ mod bench_rollout;
 mod bfcl;
 mod conformance;
 mod daemon;
+mod export_model;
 mod generate;
 mod inspect;
 mod pipeline;
@@ -106,6 +107,8 @@ enum Command {
     /// Talk to a running daemon over its run folder's Unix socket: status, stop, judge NAME,
     /// add-tasks FILE.
     Ctl(daemon::CtlArgs),
+    /// Write a run's trained weights as an HF checkpoint folder or a GGUF file.
+    ExportModel(export_model::ExportModelArgs),
     /// Evaluate a model variant against the real environment with the BFCL checker.
     Eval(pipeline::EvalArgs),
     /// The main job: collect, then evaluate base, warm up, evaluate, train, evaluate; prints
@@ -172,6 +175,7 @@ where
         Command::Train(args) => pipeline::run(pipeline::Stage::Train, args),
         Command::Daemon(args) => daemon::daemon(args),
         Command::Ctl(args) => daemon::ctl(args),
+        Command::ExportModel(args) => export_model::run(args),
         Command::Eval(args) => pipeline::eval(args),
         Command::Demo(args) => pipeline::run(pipeline::Stage::Demo, args),
         Command::Config(args) => pipeline::print_config(args),
