@@ -80,7 +80,8 @@ pub const METRICS: &[(&str, &str, &str, &str)] = &[
     ("actor_requests_in_flight", "gauge", "requests", "requests sent to an actor and not yet answered (its mailbox and queue as callers see them), per actor"),
     ("actor_restarts", "counter", "restarts", "actor failures restarted by the supervisor, per actor"),
     ("train_real_env_calls", "counter", "calls", "real environment calls during training (must stay 0)"),
-    ("real_env_calls", "counter", "calls", "real environment calls of every stage (seed collection, evaluations)"),
+    ("real_env_calls", "counter", "calls", "real environment calls of the Environment actor (evaluations; seed collection counts in seed_env_calls)"),
+    ("seed_env_calls", "counter", "calls", "real environment calls of seed collection"),
     ("checkpoint_step", "gauge", "steps", "step of the last checkpoint"),
     ("checkpoint_age_seconds", "gauge", "seconds", "time since the last checkpoint was written"),
     ("checkpoint_bytes", "gauge", "bytes", "size of the last checkpoint (weights + optimizer state)"),
@@ -122,7 +123,11 @@ pub fn start_metrics_exporter(addr: std::net::SocketAddr) -> Result<()> {
     for (name, kind, unit, help) in METRICS {
         let help = format!("{help} ({unit})");
         match *kind {
-            "counter" => metrics::describe_counter!(*name, help),
+            "counter" => {
+                metrics::describe_counter!(*name, help);
+                // Listed from the first scrape (labelled ones appear with their labels).
+                metrics::counter!(*name).increment(0);
+            }
             _ => metrics::describe_gauge!(*name, help),
         }
     }
@@ -236,8 +241,8 @@ fn spawn_ticker(control: Arc<Control>) {
     });
 }
 
-/// Binds `DIR/ctl.sock` (mode 0600: bound under a temporary name, restricted, then renamed
-/// into place) and serves it; returns its path.
+/// Binds `DIR/ctl.sock` (mode 0600, bound under a temporary name and renamed into place) and
+/// serves it; returns its path.
 fn serve_control(dir: &Path, control: Arc<Control>, stop: Arc<AtomicBool>) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(SOCKET);
@@ -246,8 +251,14 @@ fn serve_control(dir: &Path, control: Arc<Control>, stop: Arc<AtomicBool>) -> Re
     for p in [&path, &tmp] {
         let _ = std::fs::remove_file(p);
     }
-    let listener = tokio::net::UnixListener::bind(&tmp)
-        .with_context(|| format!("creating the control socket {}", tmp.display()))?;
+    // Created 0600 (umask 0177 for the bind alone), so no other user can connect meanwhile.
+    // SAFETY: umask(2) has no memory-safety preconditions.
+    let old_mask = unsafe { libc::umask(0o177) };
+    let bound = tokio::net::UnixListener::bind(&tmp);
+    // SAFETY: as above.
+    unsafe { libc::umask(old_mask) };
+    let listener =
+        bound.with_context(|| format!("creating the control socket {}", tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("restricting {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("placing {}", path.display()))?;
@@ -261,7 +272,15 @@ fn serve_control(dir: &Path, control: Arc<Control>, stop: Arc<AtomicBool>) -> Re
                 let (read, mut write) = stream.into_split();
                 let mut lines = tokio::io::BufReader::new(read).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    let reply = answer(&line, &control, &stop);
+                    // Requests read files and fsync: off the runtime's threads.
+                    let (c, s) = (control.clone(), stop.clone());
+                    let reply = tokio::task::spawn_blocking(move || answer(&line, &c, &s))
+                        .await
+                        .unwrap_or_else(|e| CtlReply {
+                            ok: false,
+                            message: format!("the request failed: {e}"),
+                            status: None,
+                        });
                     let mut text = serde_json::to_string(&reply).unwrap_or_default();
                     text.push('\n');
                     if write.write_all(text.as_bytes()).await.is_err() {

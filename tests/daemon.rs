@@ -48,6 +48,20 @@ impl Judge for AnswerLengthJudge {
     }
 }
 
+/// [`AnswerLengthJudge`] for its first 16 calls, then a panic on every call.
+struct CrashLaterJudge {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Judge for CrashLaterJudge {
+    fn judge(&self, task: &JudgeTask, transcript: &[TurnCalls]) -> Verdict {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 16 {
+            panic!("the judge broke");
+        }
+        AnswerLengthJudge.judge(task, transcript)
+    }
+}
+
 /// Not a test: the daemon process of the tests below (does nothing without `CHILD`).
 #[test]
 fn daemon_child_process() {
@@ -57,6 +71,11 @@ fn daemon_child_process() {
     let args: Vec<String> = serde_json::from_str(&args.to_string_lossy()).expect("args");
     let mut registry = Registry::builtin();
     registry.register_judge("answer_length", |_| Arc::new(AnswerLengthJudge));
+    registry.register_judge("crash_later", |_| {
+        Arc::new(CrashLaterJudge {
+            calls: Default::default(),
+        })
+    });
     let code =
         envace::cli::run_with_args(registry, std::iter::once("envace".to_string()).chain(args));
     std::process::exit(if code == std::process::ExitCode::SUCCESS {
@@ -85,6 +104,11 @@ impl Drop for TempDir {
 
 /// The tiny preset judged by `answer_length`, checkpointing every 2 steps, keeping 2.
 fn config_file(dir: &Path) -> PathBuf {
+    write_config(dir, |_| {})
+}
+
+/// [`config_file`] changed by `change`.
+fn write_config(dir: &Path, change: impl FnOnce(&mut RunConfig)) -> PathBuf {
     let mut cfg = RunConfig::preset(Preset::Tiny);
     cfg.judge = envace::config::JudgeName("answer_length".into());
     cfg.train.eval_every = None;
@@ -92,6 +116,7 @@ fn config_file(dir: &Path) -> PathBuf {
     cfg.daemon.checkpoint_every_minutes = None;
     cfg.daemon.keep_last = 2;
     cfg.daemon.keep_best = false;
+    change(&mut cfg);
     let path = dir.join("daemon.toml");
     std::fs::write(&path, cfg.to_toml()).expect("config");
     path
@@ -376,13 +401,15 @@ fn sigterm_checkpoints_and_exits_0_while_metrics_judge_swaps_and_added_tasks_app
         "train_steps",
         "train_policy_version",
         "train_zero_variance_fraction",
-        "train_grad_norm",
         "checkpoint_bytes",
+        "checkpoint_age_seconds",
         "run_disk_bytes",
         "train_real_env_calls",
     ] {
-        assert!(first.contains(name), "{name} missing:\n{first}");
+        let v = series(&first, name);
+        assert!(v.is_some_and(f64::is_finite), "{name}: {v:?} in\n{first}");
     }
+    assert!(series(&first, "checkpoint_bytes").expect("bytes") > 1e6);
     assert!(first.contains("train_adv_std{role=\"act\"}"), "{first}");
     assert!(
         first.contains("actor_tokens_per_second{actor=\"policy\"}"),
@@ -452,10 +479,7 @@ fn sigterm_checkpoints_and_exits_0_while_metrics_judge_swaps_and_added_tasks_app
         "{reply:?}"
     );
     let again = request(&out, &CtlRequest::AddTasks { file }).expect("reply");
-    assert!(
-        !again.ok && again.message.contains("already in the pool"),
-        "{again:?}"
-    );
+    assert!(!again.ok && again.message.contains("is taken"), "{again:?}");
     let tasks_from = ControlHistory::load(&out).expect("history").task_batches[0].step;
 
     wait_for(&out, "the changes to apply", |s| {
@@ -518,4 +542,37 @@ fn sigterm_checkpoints_and_exits_0_while_metrics_judge_swaps_and_added_tasks_app
         .iter()
         .filter(|t| t.step < tasks_from)
         .all(|t| !t.task.0.starts_with("added_")));
+}
+
+#[test]
+fn an_actor_past_its_restart_limit_stops_the_daemon_with_the_steps_checkpointed() {
+    let tmp = TempDir::new("gave-up");
+    let config = write_config(&tmp.0, |c| {
+        c.judge = envace::config::JudgeName("crash_later".into());
+        c.topology.max_restarts = 2;
+        c.topology.restart_backoff_ms = 10;
+        // No checkpoint of its own before the failure: the failure path writes it.
+        c.daemon.checkpoint_every_steps = 100;
+    });
+    let out = tmp.0.join("run");
+    let (status, err) = run(&config, &out, &[], &[]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("actor judge failed 3 times (restart limit topology.max_restarts reached"),
+        "{err}"
+    );
+    assert!(err.contains("the judge broke"), "{err}");
+    let (state, records) = state(&out);
+    assert!(
+        state.step >= 1,
+        "the judge answered 16 calls: a step was played"
+    );
+    assert_eq!(records.iter().map(|c| c.step).max(), Some(state.step));
+    let report = RunReport::load_or_new(&out, "x", "tiny").expect("report");
+    assert_eq!(report.train.steps.len() as u64, state.step);
+    assert_eq!(
+        trajectories(&out).iter().map(|t| t.step).max(),
+        Some(state.step - 1),
+        "the steps played are committed, the failed one is not"
+    );
 }

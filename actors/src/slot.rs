@@ -13,8 +13,10 @@ use ractor::{ActorRef, RpcReplyPort};
 /// The current reference of a supervised actor.
 pub struct Slot<M: ractor::Message> {
     current: Arc<RwLock<ActorRef<M>>>,
-    /// Woken when a replacement is swapped in ([`Slot::set`]).
+    /// Woken when a replacement is swapped in ([`Slot::set`]) or none will come.
     replaced: Arc<tokio::sync::Notify>,
+    /// Set when the supervisor stopped restarting the actor ([`Slot::mark_gone`]).
+    gone: Arc<std::sync::atomic::AtomicBool>,
     /// Longest wait for a reply ([`Slot::ask`]); `None`: no limit.
     timeout: Option<Duration>,
 }
@@ -28,6 +30,7 @@ impl<M: ractor::Message> Clone for Slot<M> {
         Self {
             current: self.current.clone(),
             replaced: self.replaced.clone(),
+            gone: self.gone.clone(),
             timeout: self.timeout,
         }
     }
@@ -39,6 +42,7 @@ impl<M: ractor::Message> Slot<M> {
         Self {
             current: Arc::new(RwLock::new(actor)),
             replaced: Arc::default(),
+            gone: Arc::default(),
             timeout: None,
         }
     }
@@ -68,6 +72,13 @@ impl<M: ractor::Message> Slot<M> {
         self.replaced.notify_waiters();
     }
 
+    /// No replacement will come (the restart limit is reached): requests fail at once
+    /// instead of waiting for one.
+    pub fn mark_gone(&self) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.replaced.notify_waiters();
+    }
+
     /// The serving actor, once one is alive: while the current one has stopped (it failed and
     /// the supervisor is restarting it after a backoff), waits for the replacement, at most
     /// [`RESTART_WAIT`]; then the stopped one (the request fails as it would have).
@@ -83,7 +94,8 @@ impl<M: ractor::Message> Slot<M> {
             // Registered before the check, so a swap between the two is not missed.
             let swapped = self.replaced.notified();
             let actor = self.get();
-            if !down(&actor) || tokio::time::Instant::now() >= deadline {
+            let gone = self.gone.load(std::sync::atomic::Ordering::SeqCst);
+            if !down(&actor) || gone || tokio::time::Instant::now() >= deadline {
                 return actor;
             }
             let _ = tokio::time::timeout_at(deadline, swapped).await;
@@ -113,7 +125,17 @@ impl<M: ractor::Message> Slot<M> {
         match reply {
             Ok(CallResult::Success(v)) => Ok(v),
             Ok(CallResult::Timeout) => Err(ActorCallError::Timeout { what }),
-            Ok(CallResult::SenderError) => Err(ActorCallError::Stopped { what, id }),
+            Ok(CallResult::SenderError) => {
+                // The actor died with the request. Return once it has stopped, so that a retry
+                // by this caller waits for the replacement rather than reach the dying one.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+                while actor.get_status() != ractor::ActorStatus::Stopped
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(ActorCallError::Stopped { what, id })
+            }
             Err(e) => Err(ActorCallError::Unreachable {
                 what,
                 id,

@@ -25,6 +25,8 @@ pub trait Respawn: Send + Sync {
     fn name(&self) -> &str;
     /// Starts a new instance linked to `supervisor`, updates the slot, returns its id.
     fn respawn(&self, supervisor: ActorCell) -> Spawned;
+    /// The child will not be restarted again: callers waiting for a replacement stop waiting.
+    fn give_up(&self) {}
 }
 
 /// A child built by `actor` with arguments from `args` (called per start).
@@ -56,6 +58,10 @@ impl<A: Actor + Clone> Respawn for Child<A> {
             slot.set(r);
             Ok(id)
         })
+    }
+
+    fn give_up(&self) {
+        self.slot.mark_gone();
     }
 }
 
@@ -115,6 +121,10 @@ pub enum SupervisorMsg {
     Restarts(ractor::RpcReplyPort<u64>),
     /// The children that reached their restart limit and stay down, with their last failure.
     GaveUp(ractor::RpcReplyPort<Vec<GaveUp>>),
+    /// A failed child's backoff is over: start it again (sent by the supervisor to itself, so
+    /// that a backoff never blocks its mailbox). The count is its failures so far; the text
+    /// its last failure.
+    Restart(Box<dyn Respawn>, u32, String),
 }
 
 /// A child the supervisor stopped restarting.
@@ -175,7 +185,7 @@ impl Actor for Supervisor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -189,6 +199,25 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::GaveUp(reply) => {
                 let _ = reply.send(state.gave_up.clone());
+            }
+            SupervisorMsg::Restart(child, failures, reason) => {
+                match child.respawn(myself.get_cell()).await {
+                    Ok(id) => {
+                        state.restarts += 1;
+                        tracing::warn!(actor = child.name(), "actor restarted");
+                        state.children.insert(id, (child, failures));
+                    }
+                    Err(e) => {
+                        // It stays down: named like a child past its limit.
+                        tracing::error!(actor = child.name(), error = %e, "restart failed");
+                        child.give_up();
+                        state.gave_up.push(GaveUp {
+                            actor: child.name().to_string(),
+                            failures,
+                            reason: format!("{reason}; restarting it failed: {e}"),
+                        });
+                    }
+                }
             }
         }
         Ok(())
@@ -219,6 +248,7 @@ impl Actor for Supervisor {
                 actor = child.name(),
                 "restart limit reached; not restarting"
             );
+            child.give_up();
             state.gave_up.push(GaveUp {
                 actor: child.name().to_string(),
                 failures: count + 1,
@@ -226,21 +256,17 @@ impl Actor for Supervisor {
             });
             return Ok(());
         }
-        // Backoff: a child that fails at once again does not spin; requests meanwhile fail
-        // fast (the slot still names the failed instance) rather than wait.
+        // Backoff: a child that fails at once again does not spin. Requests meanwhile wait
+        // for the replacement (`Slot::ask`). The wait runs outside the mailbox, so other
+        // children's failures and queries are handled meanwhile.
         let backoff = state
             .restart_backoff
             .saturating_mul(1u32 << count.min(16))
             .min(MAX_BACKOFF);
-        tokio::time::sleep(backoff).await;
-        match child.respawn(myself.get_cell()).await {
-            Ok(id) => {
-                state.restarts += 1;
-                tracing::warn!(actor = child.name(), "actor restarted");
-                state.children.insert(id, (child, count + 1));
-            }
-            Err(e) => tracing::error!(actor = child.name(), error = %e, "restart failed"),
-        }
+        tokio::spawn(async move {
+            tokio::time::sleep(backoff).await;
+            let _ = myself.cast(SupervisorMsg::Restart(child, count + 1, reason));
+        });
         Ok(())
     }
 }

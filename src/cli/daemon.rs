@@ -44,6 +44,11 @@ pub fn daemon(args: DaemonArgs) -> Result<()> {
     }
     let (cfg, name) = args.run.config()?;
     let rt = args.run.runtime()?;
+    // A folder in use is refused before the metrics port is bound (the pipeline takes the
+    // lock for good below).
+    if args.run.out.is_dir() {
+        drop(crate::run_folder::RunLock::acquire(&args.run.out)?);
+    }
     rt.block_on(async {
         if let Some(addr) = args.metrics_addr {
             crate::daemon::start_metrics_exporter(addr)?;
@@ -71,7 +76,7 @@ pub struct CtlArgs {
     #[arg(long, alias = "out", default_value = "runs/demo")]
     pub run: PathBuf,
     /// Print the daemon's JSON reply as it is.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub command: CtlCommand,
@@ -106,6 +111,8 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
     let reply = request(&args.run, &req)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reply)?);
+    } else if !reply.ok {
+        bail!("the daemon refused: {}", reply.message);
     } else if status_only {
         if let Some(s) = &reply.status {
             println!("{}", status_text(s));
@@ -114,7 +121,7 @@ pub fn ctl(args: CtlArgs) -> Result<()> {
         println!("{}", reply.message);
     }
     if !reply.ok {
-        bail!("the daemon refused: {}", reply.message);
+        bail!("the daemon refused the request");
     }
     Ok(())
 }

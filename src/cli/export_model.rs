@@ -91,6 +91,8 @@ pub fn run(args: ExportModelArgs) -> Result<()> {
             dir.display()
         );
     }
+    // Like every command on a run folder: not while another process trains in it.
+    let _lock = crate::run_folder::RunLock::acquire(dir)?;
     let cfg = RunConfig::from_file(&config_path).map_err(anyhow::Error::msg)?;
     let spec = cfg.model.source.as_str();
     let source = ModelSource::parse(spec);
@@ -226,18 +228,25 @@ fn pick_checkpoint(dir: &Path, step: Option<u64>, best: bool) -> Result<Picked> 
         );
     }
     let exists = |c: &Checkpoint| checkpoint_file(dir, c).is_file();
-    let listing = records
+    // Those whose file exists (the ones that can be exported), at most the last 20.
+    let listed: Vec<&Checkpoint> = records.iter().filter(|c| exists(c)).collect();
+    let skipped = listed.len().saturating_sub(20);
+    let listing = listed[skipped..]
         .iter()
         .map(|c| {
             let score = c
                 .metrics
                 .get(EVAL_SCORE)
                 .map_or_else(String::new, |s| format!(" {EVAL_SCORE} {s}"));
-            let gone = if exists(c) { "" } else { " (file gone)" };
-            format!("{}{score}{gone}", c.step)
+            format!("{}{score}", c.step)
         })
         .collect::<Vec<_>>()
         .join(", ");
+    let listing = match (listed.is_empty(), skipped) {
+        (true, _) => "none with its file in place".to_string(),
+        (false, 0) => listing,
+        (false, n) => format!("… ({n} older), {listing}"),
+    };
     let chosen = match (step, best) {
         (Some(n), _) => {
             let Some(c) = records.iter().find(|c| c.step == n) else {

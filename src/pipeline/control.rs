@@ -22,6 +22,8 @@ use crate::storage::SeedTrajectory;
 pub const HISTORY_FILE: &str = "control.json";
 /// Where added task batches are copied, one JSON-lines file each.
 pub const ADDED_TASKS_DIR: &str = "added-tasks";
+/// The largest add-tasks file read, bytes.
+pub const MAX_TASK_FILE_BYTES: u64 = 256 << 20;
 
 /// Every change of a run, in the order they were made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,7 +97,13 @@ impl ControlHistory {
 
     /// The judge in force at step `step`: the last change at or before it.
     pub fn judge_at(&self, step: u64) -> Option<&JudgeChange> {
-        self.judges.iter().rev().find(|j| j.step <= step)
+        // The latest step at or before `step`; of changes at the same step, the last made.
+        self.judges
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.step <= step)
+            .max_by_key(|(i, j)| (j.step, *i))
+            .map(|(_, j)| j)
     }
 }
 
@@ -103,10 +111,23 @@ impl ControlHistory {
 /// distinct, not among `known` (the pool's ids), and every seed naming its line's task.
 ///
 /// # Errors
-/// The file cannot be read, a line is not an [`AddedTask`] (the message gives the line
-/// number), an id repeats or is already in the pool, or a seed names another task. Nothing
-/// is added on an error.
+/// The file is not a regular file of at most [`MAX_TASK_FILE_BYTES`] or cannot be read, a
+/// line is not an [`AddedTask`] (the message gives the line number), a task has no user
+/// turn, an id repeats or is already taken, or a seed names another task. Nothing is added on
+/// an error.
 pub fn read_added_tasks(path: &Path, known: &[&str]) -> Result<Vec<AddedTask>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file", path.display());
+    }
+    if meta.len() > MAX_TASK_FILE_BYTES {
+        bail!(
+            "{}: {} bytes, more than the {} MB an add-tasks file may have",
+            path.display(),
+            meta.len(),
+            MAX_TASK_FILE_BYTES >> 20
+        );
+    }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out: Vec<AddedTask> = Vec::new();
@@ -124,7 +145,14 @@ pub fn read_added_tasks(path: &Path, known: &[&str]) -> Result<Vec<AddedTask>> {
         let id = t.task.id.0.as_str();
         if known.contains(&id) || out.iter().any(|o| o.task.id == t.task.id) {
             bail!(
-                "{} line {}: task {id} is already in the pool",
+                "{} line {}: task id {id} is taken (by the suite's tasks or an added one)",
+                path.display(),
+                i + 1
+            );
+        }
+        if t.task.user_turns.is_empty() {
+            bail!(
+                "{} line {}: task {id} has no user turn",
                 path.display(),
                 i + 1
             );
@@ -158,8 +186,10 @@ pub struct Control {
 struct Inner {
     history: ControlHistory,
     status: RunStatus,
-    /// Task ids of the train pool and of batches not yet in force.
+    /// Task ids of the suite and of every batch added.
     task_ids: Vec<String>,
+    /// The loop has resumed and set the step: changes can be placed at a step.
+    ready: bool,
 }
 
 /// Where a training run stands (`envace ctl status`).
@@ -226,6 +256,7 @@ impl Control {
                 history,
                 status,
                 task_ids,
+                ready: false,
             }),
         }))
     }
@@ -248,6 +279,26 @@ impl Control {
     /// Changes the status.
     pub fn update(&self, f: impl FnOnce(&mut RunStatus)) {
         f(&mut self.lock().status)
+    }
+
+    /// The loop resumed at step `first_step` with `committed` steps committed: from now on a
+    /// change is placed at the next step.
+    pub fn start(&self, first_step: u64, committed: u64) {
+        let mut inner = self.lock();
+        inner.status.steps_done = first_step;
+        inner.status.committed_steps = committed;
+        inner.ready = true;
+    }
+
+    /// Refuses a change while the run is still starting (its step is not known yet).
+    fn check_ready(inner: &Inner) -> Result<()> {
+        if !inner.ready {
+            bail!(
+                "the daemon is still starting (loading, collecting or warming up): its step is \
+                 not known yet; try again when `envace ctl status` shows steps"
+            );
+        }
+        Ok(())
     }
 
     /// The step a change asked for now is in force from.
@@ -293,6 +344,7 @@ impl Control {
     pub fn request_judge(&self, judge: &str) -> Result<JudgeChange> {
         crate::registry::installed().check_judge(judge)?;
         let mut inner = self.lock();
+        Self::check_ready(&inner)?;
         let change = JudgeChange {
             step: Self::next_step(&inner.status),
             judge: judge.to_string(),
@@ -312,9 +364,17 @@ impl Control {
     /// # Errors
     /// As [`read_added_tasks`]; the copy or the history cannot be written (nothing changes).
     pub fn request_tasks(&self, file: &Path) -> Result<TaskBatch> {
+        // Read without the lock: a slow file must not stall the step boundaries.
+        let tasks = read_added_tasks(file, &[])?;
         let mut inner = self.lock();
-        let known: Vec<&str> = inner.task_ids.iter().map(String::as_str).collect();
-        let tasks = read_added_tasks(file, &known)?;
+        Self::check_ready(&inner)?;
+        if let Some(t) = tasks.iter().find(|t| inner.task_ids.contains(&t.task.id.0)) {
+            bail!(
+                "{}: task id {} is taken (by the suite's tasks or an added one)",
+                file.display(),
+                t.task.id.0
+            );
+        }
         let n = inner.history.task_batches.len() + 1;
         let relative = Path::new(ADDED_TASKS_DIR).join(format!("{n:04}.jsonl"));
         let copy = self.dir.join(&relative);

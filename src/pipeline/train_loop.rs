@@ -173,6 +173,12 @@ impl Pipeline {
                     .collect(),
             )?,
         };
+        // Until the loop starts, the committed steps are the resumed ones (an early error
+        // keeps the report's steps up to there).
+        control.update(|s| {
+            s.steps_done = position.first_step;
+            s.committed_steps = position.first_step;
+        });
         let outcome = self
             .run_loop(&run, position, &options, &control, start)
             .await;
@@ -258,7 +264,13 @@ impl Pipeline {
             );
         }
         let mut problems = Vec::new();
+        let mut failed_files: BTreeSet<PathBuf> = BTreeSet::new();
         for (i, record) in records.iter().enumerate() {
+            let file = self.checkpoint_file(record);
+            // Records of skipped steps share their file: a file that failed fails for all.
+            if failed_files.contains(&file) {
+                continue;
+            }
             let cursor = if i == 0 {
                 Some(state.data_cursor)
             } else {
@@ -271,7 +283,6 @@ impl Pipeline {
                 ));
                 break;
             };
-            let file = self.checkpoint_file(record);
             match self.load_checkpoint(record, &file).await {
                 Ok(version) => {
                     for p in &problems {
@@ -290,7 +301,10 @@ impl Pipeline {
                         "train: resuming run {TRAIN_RUN} after step {} (policy version {version})",
                         record.step
                     );
-                    self.sweep_checkpoints(&self.kept_files(&records, &self.cfg_policy()));
+                    // The loaded file is kept whatever the retention says.
+                    let mut keep = self.kept_files(&records, &self.cfg_policy());
+                    keep.insert(file.clone());
+                    self.sweep_checkpoints(&keep);
                     return Ok(Resumed {
                         first_step: record.step,
                         cursor: cursor as usize,
@@ -299,10 +313,12 @@ impl Pipeline {
                     });
                 }
                 Err(e) => {
-                    problems.push(format!("step {} ({}): {e:#}", record.step, file.display()))
+                    problems.push(format!("step {} ({}): {e:#}", record.step, file.display()));
+                    failed_files.insert(file);
                 }
             }
         }
+        problems.truncate(20);
         bail!(
             "run {TRAIN_RUN} in {}: no checkpoint loads:\n  {}\nrestore checkpoints/ from a copy \
              or start over with --fresh",
@@ -359,7 +375,7 @@ impl Pipeline {
         let Resumed {
             first_step,
             mut cursor,
-            checkpoint: mut last_checkpoint,
+            checkpoint: last_checkpoint,
             resumed,
         } = position;
         let base_seeds = self.memory().ask("memory", MemoryMsg::Seeds).await??;
@@ -434,9 +450,8 @@ impl Pipeline {
         }
         let disk = dir_bytes(&self.dir.join("checkpoints")) + dir_bytes(&self.dir.join("db"));
         metrics::gauge!("run_disk_bytes").set(disk as f64);
+        control.start(first_step, first_step);
         control.update(|s| {
-            s.steps_done = first_step;
-            s.committed_steps = first_step;
             s.disk_bytes = disk;
             if let Some((written, bytes)) = resumed_from {
                 s.checkpoint_step = Some(first_step);
@@ -463,11 +478,13 @@ impl Pipeline {
             )
         });
         let (mut tokens, mut generated) = (0u64, 0u64);
-        let mut pending: Vec<Trajectory> = Vec::new();
-        let mut pending_steps: Vec<StepMetrics> = Vec::new();
-        // Weights changed since the last checkpoint (a run of skipped steps reuses its file).
-        let mut dirty = false;
-        let mut last_write = Instant::now();
+        let mut pending = Pending {
+            trajectories: Vec::new(),
+            steps: Vec::new(),
+            dirty: false,
+            since: Instant::now(),
+            checkpoint: last_checkpoint,
+        };
         let mut step = first_step;
         let reason = loop {
             let stop = options.stop.load(Ordering::SeqCst);
@@ -481,6 +498,20 @@ impl Pipeline {
                 None
             };
             if let Some(reason) = end {
+                // A stop that came after the last step's checkpoint decision: its steps too.
+                if !pending.steps.is_empty() {
+                    self.commit_checkpoint(
+                        run,
+                        step,
+                        cursor,
+                        None,
+                        &mut pending,
+                        &policy,
+                        control,
+                        options.live_line,
+                    )
+                    .await?;
+                }
                 break reason;
             }
             if step == first_step {
@@ -522,17 +553,42 @@ impl Pipeline {
                 s.judge = judge.clone();
                 s.train_tasks = ctx.tasks.len();
             });
+            let played = match self.train_step(&ctx, step, cursor).await {
+                Ok(played) => played,
+                Err(e) => {
+                    // An actor past its restart limit: keep the steps played since the last
+                    // checkpoint, and name the actor.
+                    let gave_up = self.topology.gave_up().await.unwrap_or_default();
+                    let Some(actor) = gave_up.first() else {
+                        return Err(e);
+                    };
+                    if !pending.steps.is_empty() {
+                        self.commit_checkpoint(
+                            run,
+                            step,
+                            cursor,
+                            None,
+                            &mut pending,
+                            &policy,
+                            control,
+                            options.live_line,
+                        )
+                        .await?;
+                    }
+                    return Err(e.context(gave_up_message(actor, step)));
+                }
+            };
             let StepResult {
                 metrics: m,
                 trajectories,
                 tasks_drawn,
-            } = self.train_step(&ctx, step, cursor).await?;
+            } = played;
             crash_point("train-step-played");
             cursor = (cursor + tasks_drawn) % ctx.tasks.len();
             tokens += m.tokens;
             generated += m.generated_tokens;
-            dirty |= !m.skipped;
-            pending.extend(trajectories);
+            pending.dirty |= !m.skipped;
+            pending.trajectories.extend(trajectories);
             let done = step + 1;
             let eval_due =
                 self.cfg.train.eval_every.is_some_and(|every| {
@@ -550,101 +606,31 @@ impl Pipeline {
             if let Some(bar) = &bar {
                 bar.inc(1);
             }
-            pending_steps.push(m);
+            pending.steps.push(m);
             let gave_up = self.topology.gave_up().await.unwrap_or_default();
             let stopping = options.stop.load(Ordering::SeqCst)
                 || options.until_step.is_some_and(|n| done >= n)
                 || options.deadline.is_some_and(|d| Instant::now() >= d)
                 || !gave_up.is_empty();
             let due = done % policy.every_steps == 0
-                || policy.every.is_some_and(|t| last_write.elapsed() >= t)
+                || policy.every.is_some_and(|t| pending.since.elapsed() >= t)
                 || (policy.keep_best && eval_score.is_some())
                 || stopping;
             if due {
-                let write = Instant::now();
-                let path = match (&last_checkpoint, dirty) {
-                    (Some(previous), false) => previous.clone(),
-                    _ => self.write_checkpoint_files(done).await?,
-                };
-                let steps = std::mem::take(&mut pending_steps);
-                let last = steps.last().cloned().unwrap_or_default();
-                let record = Checkpoint {
-                    run: run.clone(),
-                    step: done,
-                    path: super::recorded_path(&path),
-                    metrics: [
-                        ("reward_mean".to_string(), last.reward_mean),
-                        ("loss".to_string(), last.loss),
-                        (POLICY_VERSION_KEY.to_string(), last.policy_version as f64),
-                        (CURSOR_KEY.to_string(), cursor as f64),
-                    ]
-                    .into_iter()
-                    .chain(eval_score.map(|s| (EVAL_SCORE_KEY.to_string(), s)))
-                    .collect(),
-                };
-                let state = RunState {
-                    run: run.clone(),
-                    step: done,
-                    data_cursor: cursor as u64,
-                    // Rollout seeds derive from (seed, step, task, sample): no RNG state.
-                    rng_state: Vec::new(),
-                    config_hash: self.config_hash.clone(),
-                };
-                self.memory()
-                    .ask("memory", |r| MemoryMsg::CommitStep {
-                        trajectories: std::mem::take(&mut pending),
-                        checkpoint: Some(record),
-                        state,
-                        reply: r,
-                    })
-                    .await??;
-                crash_point("train-committed");
-                let write_s = secs(write);
-                last_write = Instant::now();
-                dirty = false;
-                last_checkpoint = Some(path.clone());
-                self.report.train.steps.extend(steps);
-                self.report.train.real_env_calls = 0;
-                let records = self
-                    .memory()
-                    .ask("memory", |r| MemoryMsg::Checkpoints(run.clone(), r))
-                    .await??;
-                self.sweep_checkpoints(&self.kept_files(&records, &policy));
-                let bytes = file_bytes(&path) + file_bytes(&learner_state_path(&path));
-                let disk =
-                    dir_bytes(&self.dir.join("checkpoints")) + dir_bytes(&self.dir.join("db"));
-                control.update(|s| {
-                    s.committed_steps = done;
-                    s.checkpoint_step = Some(done);
-                    s.checkpoint_unix_s = super::control::unix_now();
-                    s.checkpoint_bytes = bytes;
-                    s.checkpoint_write_s = write_s;
-                    s.disk_bytes = disk;
-                });
-                metrics::gauge!("checkpoint_step").set(done as f64);
-                metrics::gauge!("checkpoint_bytes").set(bytes as f64);
-                metrics::gauge!("checkpoint_write_seconds").set(write_s);
-                metrics::gauge!("run_disk_bytes").set(disk as f64);
-                metrics::counter!("checkpoints_written").increment(1);
-                self.save_report()?;
-                if options.live_line {
-                    eprintln!(
-                        "train: checkpoint after step {done} ({:.1} MB, written in {write_s:.1} s); \
-                         run folder {:.1} MB",
-                        bytes as f64 / 1e6,
-                        disk as f64 / 1e6
-                    );
-                }
+                self.commit_checkpoint(
+                    run,
+                    done,
+                    cursor,
+                    eval_score,
+                    &mut pending,
+                    &policy,
+                    control,
+                    options.live_line,
+                )
+                .await?;
             }
             if let Some(actor) = gave_up.first() {
-                bail!(
-                    "actor {} failed {} times (restart limit topology.max_restarts reached; last: \
-                     {}); the steps done are checkpointed (step {done}); fix the cause and run \
-                     the same command to resume",
-                    actor.actor,
-                    actor.failures,
-                    actor.reason
-                );
+                bail!("{}", gave_up_message(actor, done));
             }
             step = done;
         };
@@ -676,6 +662,99 @@ impl Pipeline {
             steps: done,
             reason,
         })
+    }
+
+    /// Writes a checkpoint after `done` steps: the weights and learner state (unless no step
+    /// since the last one updated them), then one sled commit of the pending trajectories, the
+    /// checkpoint record and the run state; prunes by `policy`, saves the report.
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_checkpoint(
+        &mut self,
+        run: &RunId,
+        done: u64,
+        cursor: usize,
+        eval_score: Option<f64>,
+        pending: &mut Pending,
+        policy: &CheckpointPolicy,
+        control: &Control,
+        live_line: bool,
+    ) -> Result<()> {
+        let write = Instant::now();
+        let path = match (&pending.checkpoint, pending.dirty) {
+            (Some(previous), false) => previous.clone(),
+            _ => self.write_checkpoint_files(done).await?,
+        };
+        let last = pending.steps.last().cloned().unwrap_or_default();
+        let record = Checkpoint {
+            run: run.clone(),
+            step: done,
+            path: super::recorded_path(&path),
+            metrics: [
+                ("reward_mean".to_string(), last.reward_mean),
+                ("loss".to_string(), last.loss),
+                (POLICY_VERSION_KEY.to_string(), last.policy_version as f64),
+                (CURSOR_KEY.to_string(), cursor as f64),
+            ]
+            .into_iter()
+            .chain(eval_score.map(|s| (EVAL_SCORE_KEY.to_string(), s)))
+            .collect(),
+        };
+        let state = RunState {
+            run: run.clone(),
+            step: done,
+            data_cursor: cursor as u64,
+            // Rollout seeds derive from (seed, step, task, sample): no RNG state.
+            rng_state: Vec::new(),
+            config_hash: self.config_hash.clone(),
+        };
+        let trajectories = std::mem::take(&mut pending.trajectories);
+        self.memory()
+            .ask("memory", |r| MemoryMsg::CommitStep {
+                trajectories,
+                checkpoint: Some(record),
+                state,
+                reply: r,
+            })
+            .await??;
+        crash_point("train-committed");
+        let write_s = secs(write);
+        pending.since = Instant::now();
+        pending.dirty = false;
+        pending.checkpoint = Some(path.clone());
+        self.report.train.steps.append(&mut pending.steps);
+        self.report.train.real_env_calls = 0;
+        let records = self
+            .memory()
+            .ask("memory", |r| MemoryMsg::Checkpoints(run.clone(), r))
+            .await??;
+        self.sweep_checkpoints(&self.kept_files(&records, policy));
+        let bytes = file_bytes(&path) + file_bytes(&learner_state_path(&path));
+        let disk = dir_bytes(&self.dir.join("checkpoints")) + dir_bytes(&self.dir.join("db"));
+        control.update(|s| {
+            s.committed_steps = done;
+            s.checkpoint_step = Some(done);
+            s.checkpoint_unix_s = super::control::unix_now();
+            s.checkpoint_bytes = bytes;
+            s.checkpoint_write_s = write_s;
+            s.disk_bytes = disk;
+        });
+        metrics::gauge!("checkpoint_step").set(done as f64);
+        metrics::gauge!("checkpoint_bytes").set(bytes as f64);
+        // The daemon's ticker advances it from here.
+        metrics::gauge!("checkpoint_age_seconds").set(0.0);
+        metrics::gauge!("checkpoint_write_seconds").set(write_s);
+        metrics::gauge!("run_disk_bytes").set(disk as f64);
+        metrics::counter!("checkpoints_written").increment(1);
+        self.save_report()?;
+        if live_line {
+            eprintln!(
+                "train: checkpoint after step {done} ({:.1} MB, written in {write_s:.1} s); run \
+                 folder {:.1} MB",
+                bytes as f64 / 1e6,
+                disk as f64 / 1e6
+            );
+        }
+        Ok(())
     }
 
     /// Writes the weights and learner state after `done` steps; returns the weights file.
@@ -815,6 +894,28 @@ impl Pipeline {
         }
         Ok(())
     }
+}
+
+/// What was played since the last checkpoint.
+struct Pending {
+    trajectories: Vec<Trajectory>,
+    steps: Vec<StepMetrics>,
+    /// Weights changed since the last checkpoint (a run of skipped steps reuses its file).
+    dirty: bool,
+    /// When the last checkpoint was written (or the loop started).
+    since: Instant,
+    /// The last checkpoint's weights file.
+    checkpoint: Option<PathBuf>,
+}
+
+/// The error of a run stopped by an actor past its restart limit.
+fn gave_up_message(actor: &crate::actors::supervisor::GaveUp, done: u64) -> String {
+    format!(
+        "actor {} failed {} times (restart limit topology.max_restarts reached; last: {}); \
+         the steps done are checkpointed (step {done}); fix the cause and run the same command \
+         to resume",
+        actor.actor, actor.failures, actor.reason
+    )
 }
 
 /// The status after a step.
