@@ -526,6 +526,8 @@ impl Pipeline {
             let (change, batches) = control.begin_step(step);
             if let Some(change) = change {
                 self.swap_judge(&change.judge).await?;
+                // Counted where a swap takes effect, not where a resume replays one.
+                metrics::counter!("judge_swaps").increment(1);
                 ctx.agents.judge = self.topology.judge.clone();
                 eprintln!(
                     "train: judge {} in force from step {step} (was {judge})",
@@ -846,7 +848,6 @@ impl Pipeline {
             .await?;
         let old = std::mem::replace(&mut self.topology.judge, slot);
         old.get().stop(Some("replaced".into()));
-        metrics::counter!("judge_swaps").increment(1);
         Ok(())
     }
 
