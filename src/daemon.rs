@@ -24,7 +24,6 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::actors::task::Split;
 use crate::pipeline::control::{Control, RunStatus};
 use crate::pipeline::train_loop::{CheckpointPolicy, EndReason, LoopOptions, LoopOutcome};
 use crate::pipeline::{Pipeline, SFT_RUN};
@@ -159,16 +158,7 @@ pub async fn run(p: &mut Pipeline, options: &DaemonOptions) -> Result<LoopOutcom
         p.save_report()?;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let control = Control::open(
-        &p.dir,
-        p.cfg.judge.as_str(),
-        p.suite
-            .tasks(Split::Train)
-            .iter()
-            .chain(p.suite.tasks(Split::Test))
-            .map(|t| t.id.0.clone())
-            .collect(),
-    )?;
+    let control = p.open_control()?;
     let socket = serve_control(&p.dir, control.clone(), stop.clone())?;
     spawn_signal_handler(stop.clone(), control.clone());
     spawn_ticker(control.clone());

@@ -246,16 +246,7 @@ impl Pipeline {
                 Some(task_result(t, task))
             })
             .collect();
-        let tokens: u64 = trajectories
-            .iter()
-            .flat_map(|t| &t.rows)
-            .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
-            .sum();
-        let generated: u64 = trajectories
-            .iter()
-            .flat_map(|t| &t.rows)
-            .map(|r| r.completion_ids.len() as u64)
-            .sum();
+        let (tokens, generated) = super::row_tokens(&trajectories);
         self.memory()
             .ask("memory", |r| MemoryMsg::PutTrajectories(trajectories, r))
             .await??;

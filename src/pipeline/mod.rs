@@ -260,6 +260,22 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The run's control ([`control::Control`]): its history loaded, every task id of the
+    /// suite taken.
+    ///
+    /// # Errors
+    /// As [`control::Control::open`].
+    pub fn open_control(&self) -> Result<Arc<control::Control>> {
+        let ids = self
+            .suite
+            .tasks(crate::actors::Split::Train)
+            .iter()
+            .chain(self.suite.tasks(crate::actors::Split::Test))
+            .map(|t| t.id.0.clone())
+            .collect();
+        control::Control::open(&self.dir, self.cfg.judge.as_str(), ids)
+    }
+
     /// The Memory actor.
     pub fn memory(&self) -> &Slot<MemoryMsg> {
         &self.topology.memory
@@ -349,6 +365,17 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar.set_style(style);
     bar.set_message(what.to_string());
     bar
+}
+
+/// Tokens of the rows of `trajectories`: (prompt + completion, completion only).
+pub fn row_tokens(trajectories: &[crate::storage::Trajectory]) -> (u64, u64) {
+    trajectories
+        .iter()
+        .flat_map(|t| &t.rows)
+        .fold((0, 0), |(all, generated), r| {
+            let c = r.completion_ids.len() as u64;
+            (all + r.prompt_ids.len() as u64 + c, generated + c)
+        })
 }
 
 /// Seconds since `start`.

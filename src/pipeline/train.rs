@@ -115,16 +115,7 @@ impl Pipeline {
         if !failures.is_empty() {
             tracing::warn!(step, ?failures, "rollouts failed; their rows are lost");
         }
-        let step_tokens: u64 = trajectories
-            .iter()
-            .flat_map(|t| &t.rows)
-            .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
-            .sum();
-        let generated: u64 = trajectories
-            .iter()
-            .flat_map(|t| &t.rows)
-            .map(|r| r.completion_ids.len() as u64)
-            .sum();
+        let (step_tokens, generated) = super::row_tokens(&trajectories);
         // Rewards over every rollout of the step (trained or not).
         let rollouts = grpo_batch(&trajectories, &self.cfg.train.learner.grpo, &ctx.stop_ids);
         let rewards: Vec<f64> = trajectories.iter().map(|t| f64::from(t.reward)).collect();
@@ -135,12 +126,7 @@ impl Pipeline {
             .flat_map(|t| &t.rows)
             .any(|r| !r.completion_ids.is_empty());
         let learner_start = Instant::now();
-        let trained_tokens: u64 = draw
-            .train
-            .iter()
-            .flat_map(|t| &t.rows)
-            .map(|r| (r.prompt_ids.len() + r.completion_ids.len()) as u64)
-            .sum();
+        let (trained_tokens, _) = super::row_tokens(&draw.train);
         let out = if trainable {
             let batch = draw.train.clone();
             Some(

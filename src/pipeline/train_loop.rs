@@ -162,16 +162,7 @@ impl Pipeline {
         let position = self.resume(&run, init).await?;
         let control = match &options.control {
             Some(c) => c.clone(),
-            None => Control::open(
-                &self.dir,
-                self.cfg.judge.as_str(),
-                self.suite
-                    .tasks(Split::Train)
-                    .iter()
-                    .chain(self.suite.tasks(Split::Test))
-                    .map(|t| t.id.0.clone())
-                    .collect(),
-            )?,
+            None => self.open_control()?,
         };
         // Until the loop starts, the committed steps are the resumed ones (an early error
         // keeps the report's steps up to there).
